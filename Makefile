@@ -1,0 +1,35 @@
+# Two commands a fresh machine needs: `make demo` and `make test` (both install first).
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+DEMO_FIXTURE ?= fixtures/hlo/mlp_2d_megatron.pb
+OUT ?= out
+
+.PHONY: install demo test test-fast proto fixtures bench clean
+
+install:
+	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,xla]'
+
+demo: install
+	mkdir -p $(OUT)
+	hlo-spmd show $(DEMO_FIXTURE) --annotated-only
+	hlo-spmd convert $(DEMO_FIXTURE) -o $(OUT)/demo.hlo
+	hlo-spmd convert $(OUT)/demo.hlo -o $(OUT)/demo.pb
+	@echo "demo: wrote $(OUT)/demo.hlo and $(OUT)/demo.pb"
+
+test: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-fast:
+	$(PYTHON) -m pytest -q -x -p no:cacheprovider -m "not slow"
+
+proto:
+	bash scripts/gen_proto.sh
+
+fixtures:
+	$(PYTHON) fixtures/generate.py --out fixtures/hlo
+
+bench:
+	$(PYTHON) -m benchmarks.run
+
+clean:
+	rm -rf $(OUT) build *.egg-info src/*.egg-info .pytest_cache

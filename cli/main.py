@@ -1,0 +1,62 @@
+"""The hlo-spmd command line: thin click commands over the library.
+
+Every user-facing failure is one line on stderr and exit code 2; no traceback, no
+partial output file (the library writes atomically).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from hlo_spmd import __version__
+from hlo_spmd.errors import HloSpmdError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+
+
+class _Group(click.Group):
+    """Turns library errors into one-line messages and exit codes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except HloSpmdError as e:
+            click.echo(f"hlo-spmd: error: {e}", err=True)
+            ctx.exit(EXIT_USER_ERROR)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("hlo-spmd: interrupted", err=True)
+            ctx.exit(130)
+        except Exception as e:  # a bug: say so in one line; traceback only on request
+            if os.environ.get("HLO_SPMD_DEBUG"):
+                raise
+            click.echo(f"hlo-spmd: internal error ({type(e).__name__}): {e} "
+                       "[set HLO_SPMD_DEBUG=1 for a traceback]", err=True)
+            ctx.exit(EXIT_INTERNAL_ERROR)
+
+    def main(self, *args, **kwargs):
+        # Usage errors print click's usage block; keep them to exit code 2 as well.
+        return super().main(*args, **kwargs)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hlo-spmd")
+def cli() -> None:
+    """hlo-spmd: a standalone SPMD partitioner for XLA HLO modules."""
+
+
+def _register() -> None:
+    from hlo_spmd_cli import commands  # noqa: F401  (commands attach themselves to `cli`)
+
+
+def main() -> None:
+    _register()
+    cli.main(prog_name="hlo-spmd")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""HloModuleProto <-> IR, lossless for every field the IR does not model."""
+from __future__ import annotations
+
+from typing import Any
+
+from hlo_spmd.errors import InputError, ShardingError
+from hlo_spmd.ir.computation import Computation
+from hlo_spmd.ir.instruction import Instruction, clear_owned
+from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.shape import Layout, Shape
+from hlo_spmd.proto import hlo_pb2, xla_data_pb2
+
+# Program shapes stay in attrs: they are rewritten on save only if the signature changed,
+# because XLA's own copies carry names ("p0") and layout fields we would not reproduce.
+_MODULE_OWNED = ("name", "entry_computation_name", "entry_computation_id", "computations", "id")
+_COMPUTATION_OWNED = ("name", "instructions", "id", "root_id", "is_fusion_computation",
+                      "execution_thread")
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def shape_from_proto(msg: xla_data_pb2.ShapeProto) -> Shape:
+    try:
+        element_type = PrimitiveType(msg.element_type)
+    except ValueError:
+        raise InputError(f"unknown element type {msg.element_type}") from None
+    children = tuple(shape_from_proto(c) for c in msg.tuple_shapes)
+    layout = None
+    if msg.HasField("layout"):
+        lp = msg.layout
+        layout = Layout(tuple(lp.minor_to_major), tuple(tuple(t.dimensions) for t in lp.tiles),
+                        lp.element_size_in_bits, lp.memory_space)
+    dyn = tuple(msg.is_dynamic_dimension) if any(msg.is_dynamic_dimension) else ()
+    return Shape(element_type, tuple(msg.dimensions), children, layout, dyn, source_proto=msg)
+
+
+def shape_to_proto(shape: Shape) -> xla_data_pb2.ShapeProto:
+    if shape.source_proto is not None:
+        out = xla_data_pb2.ShapeProto()
+        out.CopyFrom(shape.source_proto)
+        return out
+    out = xla_data_pb2.ShapeProto(element_type=int(shape.element_type))
+    out.dimensions.extend(shape.dims)
+    for child in shape.tuple_shapes:
+        out.tuple_shapes.add().CopyFrom(shape_to_proto(child))
+    if shape.is_array:
+        out.is_dynamic_dimension.extend(shape.dynamic_dims or [False] * shape.rank)
+    if shape.layout is not None:
+        lp = out.layout
+        lp.minor_to_major.extend(shape.layout.minor_to_major)
+        for tile in shape.layout.tiles:
+            lp.tiles.add().dimensions.extend(tile)
+        lp.element_size_in_bits = shape.layout.element_size_in_bits
+        lp.memory_space = shape.layout.memory_space
+        if not shape.layout.minor_to_major and not shape.layout.tiles:
+            # An empty layout of a scalar is still a present layout.
+            out.layout.SetInParent()
+    return out
+
+
+# -- shardings ------------------------------------------------------------------------------
+def sharding_from_proto(msg: Any, where: str) -> Any:
+    from hlo_spmd.sharding.proto import from_proto
+
+    try:
+        return from_proto(msg)
+    except ShardingError as e:
+        raise ShardingError(e.message, where) from None
+    except (ValueError, IndexError) as e:
+        raise ShardingError(f"invalid sharding: {e}", where) from None
+
+
+def sharding_to_proto(sharding: Any) -> Any:
+    from hlo_spmd.sharding.proto import to_proto
+
+    return to_proto(sharding)
+
+
+# -- module ---------------------------------------------------------------------------------
+def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> Module:
+    module = Module(msg.name)
+    module.id = msg.id
+    attrs = hlo_pb2.HloModuleProto()
+    attrs.CopyFrom(msg)
+    for f in _MODULE_OWNED:
+        attrs.ClearField(f)
+    module.attrs = attrs
+
+    by_id: dict[int, Computation] = {}
+    pending: list[tuple[Instruction, hlo_pb2.HloInstructionProto]] = []
+    for cmsg in msg.computations:
+        comp = Computation(cmsg.name)
+        comp.id = cmsg.id
+        comp.module = module
+        comp.is_fusion_computation = cmsg.is_fusion_computation
+        comp.execution_thread = cmsg.execution_thread
+        cattrs = hlo_pb2.HloComputationProto()
+        cattrs.CopyFrom(cmsg)
+        for f in _COMPUTATION_OWNED:
+            cattrs.ClearField(f)
+        comp.attrs = cattrs
+        if cmsg.id in by_id:
+            raise InputError(f"duplicate computation id {cmsg.id}", f"{source}: computation {cmsg.name}")
+        by_id[cmsg.id] = comp
+        module.note_computation_id(cmsg.id)
+        module.reserve_name(cmsg.name)
+
+        local: dict[int, Instruction] = {}
+        for imsg in cmsg.instructions:
+            where = f"{source}: computation {cmsg.name}, instruction {imsg.name or imsg.id}"
+            attrs_i = hlo_pb2.HloInstructionProto()
+            attrs_i.CopyFrom(imsg)
+            clear_owned(attrs_i)
+            inst = Instruction(imsg.opcode, shape_from_proto(imsg.shape), (), imsg.name, attrs_i)
+            inst.id = imsg.id
+            inst.parent = comp
+            if imsg.HasField("sharding"):
+                inst.sharding = sharding_from_proto(imsg.sharding, where)
+                inst.source_sharding = (inst.sharding, imsg.sharding)
+            if imsg.id in local:
+                raise InputError(f"duplicate instruction id {imsg.id}", where)
+            local[imsg.id] = inst
+            try:
+                inst.operands = [local[i] for i in imsg.operand_ids]
+                inst.control_predecessors = [local[i] for i in imsg.control_predecessor_ids]
+            except KeyError as e:
+                raise InputError(f"operand id {e.args[0]} is not defined before use", where) from None
+            comp.instructions.append(inst)
+            pending.append((inst, imsg))
+            module.note_instruction_id(imsg.id)
+            module.reserve_name(imsg.name)
+        if cmsg.root_id not in local:
+            if not cmsg.instructions:
+                raise InputError("computation has no instructions", f"{source}: computation {cmsg.name}")
+            raise InputError(f"root id {cmsg.root_id} is not an instruction of the computation",
+                             f"{source}: computation {cmsg.name}")
+        comp.root = local[cmsg.root_id]
+        module.computations.append(comp)
+
+    for inst, imsg in pending:
+        try:
+            inst.called_computations = [by_id[i] for i in imsg.called_computation_ids]
+        except KeyError as e:
+            raise InputError(f"called computation id {e.args[0]} does not exist",
+                             f"{source}: instruction {inst.name}") from None
+
+    entry = by_id.get(msg.entry_computation_id)
+    if entry is None or (msg.entry_computation_name and entry.name != msg.entry_computation_name):
+        entry = next((c for c in module.computations if c.name == msg.entry_computation_name), entry)
+    if entry is None:
+        raise InputError("module has no entry computation", source)
+    module.entry = entry
+    return module
+
+
+def _program_shape(comp: Computation) -> xla_data_pb2.ProgramShapeProto:
+    ps = xla_data_pb2.ProgramShapeProto()
+    for p in comp.parameters:
+        ps.parameters.add().CopyFrom(shape_to_proto(p.shape))
+        ps.parameter_names.append(p.name)
+    ps.result.CopyFrom(shape_to_proto(comp.root.shape))
+    return ps
+
+
+def instruction_to_proto(inst: Instruction) -> hlo_pb2.HloInstructionProto:
+    p = hlo_pb2.HloInstructionProto()
+    p.CopyFrom(inst.attrs)
+    p.name = inst.name
+    p.opcode = inst.opcode
+    p.shape.CopyFrom(shape_to_proto(inst.shape))
+    p.id = inst.id
+    p.operand_ids.extend(o.id for o in inst.operands)
+    p.control_predecessor_ids.extend(o.id for o in inst.control_predecessors)
+    p.called_computation_ids.extend(c.id for c in inst.called_computations)
+    if inst.sharding is not None:
+        if inst.source_sharding is not None and inst.source_sharding[0] is inst.sharding:
+            p.sharding.CopyFrom(inst.source_sharding[1])
+        else:
+            p.sharding.CopyFrom(sharding_to_proto(inst.sharding))
+    return p
+
+
+def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
+    out = hlo_pb2.HloModuleProto()
+    if module.attrs is not None:
+        out.CopyFrom(module.attrs)
+    out.name = module.name
+    out.id = module.id
+    out.entry_computation_name = module.entry.name
+    out.entry_computation_id = module.entry.id
+    for comp in module.computations:
+        c = out.computations.add()
+        if comp.attrs is not None:
+            c.CopyFrom(comp.attrs)
+        c.name = comp.name
+        c.id = comp.id
+        c.root_id = comp.root.id
+        c.is_fusion_computation = comp.is_fusion_computation
+        c.execution_thread = comp.execution_thread
+        c.instructions.extend(instruction_to_proto(i) for i in comp.instructions)
+        _update_program_shape(c.program_shape, _program_shape(comp), c.HasField("program_shape"))
+    _update_program_shape(out.host_program_shape, _program_shape(module.entry),
+                          out.HasField("host_program_shape"))
+    return out
+
+
+def _update_program_shape(current: xla_data_pb2.ProgramShapeProto,
+                          fresh: xla_data_pb2.ProgramShapeProto, present: bool) -> None:
+    """Keep a loaded program shape whose signature still matches, else write a fresh one."""
+    if present and _same_signature(current, fresh):
+        return
+    current.CopyFrom(fresh)
+
+
+def _same_signature(a: xla_data_pb2.ProgramShapeProto, b: xla_data_pb2.ProgramShapeProto) -> bool:
+    if len(a.parameters) != len(b.parameters):
+        return False
+    pairs = list(zip(a.parameters, b.parameters)) + [(a.result, b.result)]
+    return all(shape_from_proto(x).compatible(shape_from_proto(y)) for x, y in pairs)

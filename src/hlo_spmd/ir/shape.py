@@ -1,0 +1,162 @@
+"""Immutable shape values: element type, dims, layout, tuple children.
+
+A shape loaded from a proto remembers that proto (outside equality) so that saving an
+unchanged shape writes back exactly the bytes that were read, fields we do not model
+included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width, is_array_type, text_name
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()
+    element_size_in_bits: int = 0
+    memory_space: int = 0
+
+    @staticmethod
+    def default(rank: int) -> "Layout":
+        return Layout(tuple(range(rank - 1, -1, -1)))
+
+    def __str__(self) -> str:
+        text = ",".join(str(d) for d in self.minor_to_major)
+        extras = []
+        if self.tiles:
+            extras.append("".join("T(" + ",".join(_tile_dim(d) for d in t) + ")" for t in self.tiles))
+        if self.element_size_in_bits:
+            extras.append(f"E({self.element_size_in_bits})")
+        if self.memory_space:
+            extras.append(f"S({self.memory_space})")
+        if extras:
+            text += ":" + "".join(extras)
+        return "{" + text + "}"
+
+
+def _tile_dim(d: int) -> str:
+    return "*" if d == -(2**63) else str(d)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    element_type: PrimitiveType
+    dims: tuple[int, ...] = ()
+    tuple_shapes: tuple["Shape", ...] = ()
+    layout: Layout | None = None
+    # True for a bounded-dynamic dimension (`f32[<=8]`).
+    dynamic_dims: tuple[bool, ...] = ()
+    # The ShapeProto this value was read from, reused on save; not part of the value.
+    source_proto: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    # -- constructors -------------------------------------------------------------------
+    @staticmethod
+    def array(element_type: PrimitiveType | int, dims: Iterable[int],
+              layout: Layout | None | str = "default") -> "Shape":
+        dims = tuple(int(d) for d in dims)
+        if layout == "default":
+            layout = Layout.default(len(dims))
+        return Shape(PrimitiveType(element_type), dims, (), layout)
+
+    @staticmethod
+    def tuple_of(shapes: Sequence["Shape"]) -> "Shape":
+        return Shape(PrimitiveType.TUPLE, (), tuple(shapes), None)
+
+    @staticmethod
+    def token() -> "Shape":
+        return Shape(PrimitiveType.TOKEN)
+
+    # -- queries ------------------------------------------------------------------------
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == PrimitiveType.TUPLE
+
+    @property
+    def is_array(self) -> bool:
+        return is_array_type(self.element_type)
+
+    @property
+    def is_token(self) -> bool:
+        return self.element_type == PrimitiveType.TOKEN
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    def byte_size(self) -> int:
+        """Bytes of the dense array (sub-byte types packed), or the sum over a tuple."""
+        if self.is_tuple:
+            return sum(s.byte_size() for s in self.tuple_shapes)
+        if not self.is_array:
+            return 0
+        return (self.num_elements * bit_width(self.element_type) + 7) // 8
+
+    def leaves(self) -> list[tuple[tuple[int, ...], "Shape"]]:
+        """(shape index, array shape) for every non-tuple leaf, in pre-order."""
+        if not self.is_tuple:
+            return [((), self)]
+        out: list[tuple[tuple[int, ...], Shape]] = []
+        for i, child in enumerate(self.tuple_shapes):
+            out.extend(((i,) + idx, leaf) for idx, leaf in child.leaves())
+        return out
+
+    def subshape(self, index: Sequence[int]) -> "Shape":
+        s = self
+        for i in index:
+            s = s.tuple_shapes[i]
+        return s
+
+    # -- derived shapes -----------------------------------------------------------------
+    def with_dims(self, dims: Iterable[int]) -> "Shape":
+        """Same element type with new dims; keeps the layout when the rank is unchanged."""
+        dims = tuple(int(d) for d in dims)
+        layout = self.layout if self.layout is not None and len(dims) == self.rank else (
+            Layout.default(len(dims)) if self.layout is not None else None)
+        dyn = self.dynamic_dims if len(self.dynamic_dims) == len(dims) else ()
+        return Shape(self.element_type, dims, (), layout, dyn)
+
+    def with_element_type(self, element_type: PrimitiveType | int) -> "Shape":
+        return Shape(PrimitiveType(element_type), self.dims, self.tuple_shapes, self.layout,
+                     self.dynamic_dims)
+
+    def without_layout(self) -> "Shape":
+        if self.is_tuple:
+            return Shape.tuple_of([s.without_layout() for s in self.tuple_shapes])
+        return Shape(self.element_type, self.dims, (), None, self.dynamic_dims)
+
+    def compatible(self, other: "Shape") -> bool:
+        """Equal ignoring layout (XLA's ShapeUtil::Compatible)."""
+        if self.is_tuple or other.is_tuple:
+            return (self.is_tuple and other.is_tuple
+                    and len(self.tuple_shapes) == len(other.tuple_shapes)
+                    and all(a.compatible(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes)))
+        return self.element_type == other.element_type and self.dims == other.dims
+
+    # -- text ---------------------------------------------------------------------------
+    def to_text(self, print_layout: bool = True) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(s.to_text(print_layout) for s in self.tuple_shapes) + ")"
+        name = text_name(self.element_type)
+        if self.element_type in (PrimitiveType.TOKEN, PrimitiveType.OPAQUE_TYPE):
+            return f"{name}[]"
+        dims = ",".join(
+            ("<=" if i < len(self.dynamic_dims) and self.dynamic_dims[i] else "") + str(d)
+            for i, d in enumerate(self.dims))
+        text = f"{name}[{dims}]"
+        if print_layout and self.layout is not None and self.is_array and self.rank > 0:
+            # XLA prints no layout for scalars.
+            text += str(self.layout)
+        return text
+
+    def __str__(self) -> str:
+        return self.to_text()
