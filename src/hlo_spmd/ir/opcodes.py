@@ -4,18 +4,21 @@ Per-op behaviour elsewhere is table-driven off these sets, never long if-chains.
 """
 from __future__ import annotations
 
+# Names exactly as XLA spells them (xla/hlo/ir/hlo_opcode.h): "sine", "cosine",
+# "count-leading-zeros", "opt-barrier", "topk".
 ELEMENTWISE_UNARY = frozenset({
-    "abs", "cbrt", "ceil", "clz", "convert", "cos", "erf", "exponential",
+    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "cbrt", "ceil",
+    "count-leading-zeros", "convert", "cosine", "cosh", "erf", "exponential",
     "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "logistic",
     "negate", "not", "popcnt", "real", "reduce-precision", "round-nearest-afz",
-    "round-nearest-even", "rsqrt", "sign", "sin", "sqrt", "tan", "tanh", "copy",
-    "bitcast-convert", "stochastic-convert",
+    "round-nearest-even", "rsqrt", "sign", "sine", "sinh", "sqrt", "tan", "tanh", "copy",
+    "bitcast-convert",
 })
-# stochastic-convert is binary (operand, random bits); keep it out of the unary arity check.
+# stochastic-convert is binary: (operand, random bits).
 ELEMENTWISE_BINARY = frozenset({
     "add", "atan2", "complex", "compare", "divide", "maximum", "minimum", "multiply", "power",
     "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract",
-    "and", "or", "xor", "stochastic-convert",
+    "and", "or", "xor", "stochastic-convert", "mulhi",
 })
 ELEMENTWISE_TERNARY = frozenset({"select", "clamp"})
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {"map"}
@@ -24,7 +27,7 @@ COLLECTIVES = frozenset({
     "all-gather", "all-gather-start", "all-gather-done", "all-reduce", "all-reduce-start",
     "all-reduce-done", "all-to-all", "ragged-all-to-all", "collective-broadcast",
     "collective-permute", "collective-permute-start", "collective-permute-done",
-    "reduce-scatter",
+    "reduce-scatter", "collective-reduce",
 })
 
 OTHER = frozenset({
@@ -36,21 +39,22 @@ OTHER = frozenset({
     "set-dimension-size", "get-tuple-element", "infeed", "iota", "outfeed", "pad", "parameter",
     "partition-id", "recv", "recv-done", "reduce", "reduce-window", "replica-id", "reshape",
     "reverse", "rng", "rng-get-and-update-state", "rng-bit-generator", "scatter",
-    "select-and-scatter", "send", "send-done", "slice", "sort", "top-k", "transpose",
-    "triangular-solve", "tuple", "while", "optimization-barrier", "ragged-dot",
+    "select-and-scatter", "send", "send-done", "slice", "sort", "topk", "transpose",
+    "triangular-solve", "tuple", "while", "opt-barrier", "ragged-dot", "scaled-dot", "scan",
+    "shuffle",
 })
 
 ALL_OPCODES = ELEMENTWISE | COLLECTIVES | OTHER
 
 # Fixed operand counts, checked by the verifier (variadic ops are absent).
 ARITY: dict[str, int] = {
-    **{op: 1 for op in ELEMENTWISE_UNARY - {"stochastic-convert"}},
+    **{op: 1 for op in ELEMENTWISE_UNARY},
     **{op: 2 for op in ELEMENTWISE_BINARY},
     **{op: 3 for op in ELEMENTWISE_TERNARY},
     "parameter": 0, "constant": 0, "iota": 0, "partition-id": 0, "replica-id": 0,
     "broadcast": 1, "reshape": 1, "transpose": 1, "slice": 1, "reverse": 1, "pad": 2,
     "get-tuple-element": 1, "dot": 2, "convolution": 2, "gather": 2, "bitcast": 1,
-    "while": 1, "cholesky": 1, "triangular-solve": 2, "fft": 1, "top-k": 1,
+    "while": 1, "cholesky": 1, "triangular-solve": 2, "fft": 1, "topk": 1,
     "get-dimension-size": 1, "set-dimension-size": 2, "add-dependency": 2,
     "rng-get-and-update-state": 0, "rng-bit-generator": 1, "select-and-scatter": 3,
 }
