@@ -17,11 +17,7 @@ from hlo_spmd_cli.render import render_hlo
 @click.option("--no-verify", is_flag=True, help="Skip the structural verifier on the input.")
 def convert(src: str, out: str, fmt: str | None, no_verify: bool) -> None:
     """Convert between HloModuleProto (.pb, or XLA's HloProto/HloSnapshot dumps) and HLO text."""
-    module = load_module(src)
-    if not no_verify:
-        from hlo_spmd.ir.verifier import verify_module
-
-        verify_module(module)
+    module = load_module(src, verify=not no_verify)
     save_module(module, out, fmt)
     click.echo(f"wrote {out}", err=True)
 

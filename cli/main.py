@@ -6,7 +6,6 @@ partial output file (the library writes atomically).
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
@@ -57,6 +56,3 @@ def main() -> None:
     _register()
     cli.main(prog_name="hlo-spmd")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -77,7 +77,8 @@ def load_module_bytes(data: bytes, source: str = "<bytes>") -> Module:
     return module_from_proto(decode_module_proto(data, source), source)
 
 
-def load_module(path: str | os.PathLike) -> Module:
+def load_module(path: str | os.PathLike, verify: bool = False) -> Module:
+    """Load a module from a file; with ``verify``, also run the structural verifier."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -87,7 +88,23 @@ def load_module(path: str | os.PathLike) -> Module:
         raise InputError("is a directory, not a module file", str(path)) from None
     except PermissionError:
         raise InputError("permission denied", str(path)) from None
-    return load_module_bytes(data, str(path))
+    module = load_module_bytes(data, str(path))
+    if verify:
+        verify_with_source(module, str(path))
+    return module
+
+
+def verify_with_source(module: Module, source: str) -> None:
+    """Run the verifier; its errors name the file as well as the instruction."""
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.ir.verifier import verify_module
+
+    try:
+        verify_module(module)
+    except HloSpmdError as e:
+        e.where = f"{source}: {e.where}" if e.where else source
+        e.args = (f"{e.where}: {e.message}",)
+        raise
 
 
 def module_bytes(module: Module) -> bytes:
