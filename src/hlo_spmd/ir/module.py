@@ -12,7 +12,7 @@ _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
 class Module:
     __slots__ = ("name", "computations", "entry", "id", "attrs", "_names", "_next_suffix",
-                 "_next_instruction_id", "_next_computation_id")
+                 "_next_instruction_id", "_next_computation_id", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -1,0 +1,222 @@
+"""Structural and shape verification of a module (XLA's HloVerifier, layout-insensitive).
+
+``verify_module(module)`` raises ``VerifierError`` naming the computation and the
+instruction at the first problem found:
+
+* the entry computation is set and part of the module; computation names and ids unique;
+* instruction names and ids unique across the module; each instruction appears once and
+  its ``parent`` is the computation holding it;
+* operands and control predecessors are instructions of the same computation, defined
+  before use (program order); the root is set and belongs to the computation;
+* parameter numbers are unique and contiguous 0..n-1;
+* the opcode is known; fixed-arity opcodes have that many operands;
+* called computations are in the module and precede their caller (XLA loads computations
+  in proto order); only caller opcodes call computations, with the right count;
+* the instruction's shape equals the inferred shape, ignoring layout, for every opcode
+  with a rule (this also checks callee signatures: while body/condition, reducers,
+  comparators, conditional branches, call arguments);
+* array dims are non-negative and a layout has one entry per dim;
+* shardings, when present, fit the instruction's shape (``HloSharding.validate_for_shape``,
+  with ``num_devices`` when given).
+
+The work is linear in the module size.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hlo_spmd.errors import HloSpmdError, VerifierError
+from hlo_spmd.ir.primitive_types import ARRAY_TYPES
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.ir.shape_inference import (
+    ARITY,
+    CALLED_COUNT,
+    KNOWN_OPCODES,
+    infer_shape,
+)
+
+if TYPE_CHECKING:
+    from hlo_spmd.ir.computation import Computation
+    from hlo_spmd.ir.module import Module
+
+
+def _where(comp: "Computation", inst=None) -> str:
+    if inst is None:
+        return f"computation {comp.name}"
+    return f"computation {comp.name}, instruction {inst.name}"
+
+
+def _check_shape_value(shape: Shape, comp: "Computation", inst) -> None:
+    if shape.is_tuple:
+        for child in shape.tuple_shapes:
+            _check_shape_value(child, comp, inst)
+        return
+    for d in shape.dims:
+        if d < 0:
+            raise VerifierError(f"shape {shape} has a negative dimension", _where(comp, inst))
+    lay = shape.layout
+    if lay is not None and len(lay.minor_to_major) != len(shape.dims) and (
+            shape.element_type in ARRAY_TYPES):
+        raise VerifierError(f"shape {shape} has a layout with {len(lay.minor_to_major)} "
+                            f"entries for rank {len(shape.dims)}", _where(comp, inst))
+
+
+def verify_module(module: "Module", *, check_shapes: bool = True,
+                  check_shardings: bool = True, check_computation_order: bool = True,
+                  num_devices: int | None = None) -> None:
+    """Raise VerifierError at the first inconsistency in ``module``; see the module doc.
+
+    ``check_computation_order``: callees must precede callers in ``module.computations``
+    (XLA rejects a proto otherwise; ``Module.sort_computations`` fixes it).
+    ``num_devices``: also require shardings to use exactly that many devices.
+    """
+    where_m = f"module {module.name}"
+    if module.entry is None:
+        raise VerifierError("module has no entry computation", where_m)
+    position: dict[int, int] = {}
+    names: set[str] = set()
+    ids: set[int] = set()
+    for pos, comp in enumerate(module.computations):
+        if id(comp) in position:
+            raise VerifierError("computation is listed twice in the module", _where(comp))
+        position[id(comp)] = pos
+        if comp.name in names:
+            raise VerifierError(f"duplicate computation name {comp.name!r}", _where(comp))
+        names.add(comp.name)
+        if comp.id in ids:
+            raise VerifierError(f"duplicate computation id {comp.id}", _where(comp))
+        ids.add(comp.id)
+    if id(module.entry) not in position:
+        raise VerifierError(f"entry computation {module.entry.name} is not in the module", where_m)
+
+    state = _ModuleState(position, check_shapes, check_shardings, check_computation_order,
+                         num_devices)
+    for comp in module.computations:
+        state.verify_computation(comp)
+
+
+class _ModuleState:
+    __slots__ = ("position", "names", "ids", "check_shapes", "check_shardings", "check_order",
+                 "num_devices")
+
+    def __init__(self, position: dict[int, int], check_shapes: bool, check_shardings: bool,
+                 check_order: bool, num_devices: int | None) -> None:
+        self.position = position
+        self.names: set[str] = set()
+        self.ids: set[int] = set()
+        self.check_shapes = check_shapes
+        self.check_shardings = check_shardings
+        self.check_order = check_order
+        self.num_devices = num_devices
+
+    def verify_computation(self, comp: "Computation") -> None:
+        insts = comp.instructions
+        if not insts:
+            raise VerifierError("computation has no instructions", _where(comp))
+        index: dict[int, int] = {}
+        for k, inst in enumerate(insts):
+            if id(inst) in index:
+                raise VerifierError("instruction appears twice in the computation",
+                                    _where(comp, inst))
+            index[id(inst)] = k
+        root = comp.root
+        if root is None:
+            raise VerifierError("computation has no root", _where(comp))
+        if id(root) not in index:
+            raise VerifierError(f"root {root.name} is not an instruction of the computation",
+                                _where(comp))
+
+        names, ids = self.names, self.ids
+        comp_pos = self.position.get(id(comp), -1)
+        param_numbers: dict[int, object] = {}
+        for k, inst in enumerate(insts):
+            opcode = inst.opcode
+            if inst.name in names:
+                raise VerifierError(f"duplicate instruction name {inst.name!r}", _where(comp, inst))
+            names.add(inst.name)
+            if inst.id in ids:
+                raise VerifierError(f"duplicate instruction id {inst.id}", _where(comp, inst))
+            ids.add(inst.id)
+            if inst.parent is not comp:
+                other = inst.parent.name if inst.parent is not None else "no computation"
+                raise VerifierError(f"instruction's parent is {other}", _where(comp, inst))
+            if opcode not in KNOWN_OPCODES:
+                raise VerifierError(f"unknown opcode {opcode!r}", _where(comp, inst))
+            operands = inst.operands
+            arity = ARITY.get(opcode)
+            if arity is not None and len(operands) != arity:
+                raise VerifierError(f"{opcode} takes {arity} operand(s), has {len(operands)}",
+                                    _where(comp, inst))
+            for o in operands:
+                j = index.get(id(o))
+                if j is None:
+                    raise VerifierError(f"operand {o.name} is not an instruction of this "
+                                        f"computation", _where(comp, inst))
+                if j >= k:
+                    raise VerifierError(f"operand {o.name} is used before it is defined",
+                                        _where(comp, inst))
+            for o in inst.control_predecessors:
+                j = index.get(id(o))
+                if j is None or j >= k:
+                    raise VerifierError(f"control predecessor {o.name} is not defined earlier "
+                                        f"in this computation", _where(comp, inst))
+            called = inst.called_computations
+            if called:
+                self._check_called(comp, comp_pos, inst)
+            if opcode == "parameter":
+                n = inst.attrs.parameter_number
+                if n in param_numbers:
+                    raise VerifierError(f"parameter number {n} is used twice",
+                                        _where(comp, inst))
+                param_numbers[n] = inst
+            shape = inst.shape
+            _check_shape_value(shape, comp, inst)
+            if self.check_shapes:
+                try:
+                    inferred = infer_shape(opcode, [o.shape for o in operands], inst.attrs,
+                                           called, shape, where=_where(comp, inst))
+                except VerifierError:
+                    raise
+                except (IndexError, KeyError, ValueError, TypeError) as e:
+                    raise VerifierError(f"{opcode}: malformed attributes ({e})",
+                                        _where(comp, inst)) from None
+                if inferred is not shape and not inferred.compatible(shape):
+                    raise VerifierError(f"shape {shape.to_text(False)} does not match the "
+                                        f"inferred {inferred.to_text(False)}",
+                                        _where(comp, inst))
+            if self.check_shardings and inst.sharding is not None:
+                self._check_sharding(comp, inst)
+        if param_numbers and sorted(param_numbers) != list(range(len(param_numbers))):
+            raise VerifierError(f"parameter numbers {sorted(param_numbers)} are not "
+                                f"0..{len(param_numbers) - 1}", _where(comp))
+
+    def _check_called(self, comp: "Computation", comp_pos: int, inst) -> None:
+        called = inst.called_computations
+        expected = CALLED_COUNT.get(inst.opcode, 0)
+        if inst.opcode not in CALLED_COUNT:
+            raise VerifierError(f"{inst.opcode} does not call computations but calls "
+                                f"{', '.join(c.name for c in called)}", _where(comp, inst))
+        if expected is not None and len(called) != expected:
+            raise VerifierError(f"{inst.opcode} calls {expected} computation(s), has "
+                                f"{len(called)}", _where(comp, inst))
+        for c in called:
+            pos = self.position.get(id(c))
+            if pos is None:
+                raise VerifierError(f"called computation {c.name} is not in the module",
+                                    _where(comp, inst))
+            if c is comp:
+                raise VerifierError("instruction calls its own computation", _where(comp, inst))
+            if self.check_order and pos > comp_pos:
+                raise VerifierError(f"called computation {c.name} comes after its caller in "
+                                    f"the module (callees must precede callers)",
+                                    _where(comp, inst))
+
+    def _check_sharding(self, comp: "Computation", inst) -> None:
+        validate = getattr(inst.sharding, "validate_for_shape", None)
+        if validate is None:
+            return
+        try:
+            validate(inst.shape, self.num_devices)
+        except HloSpmdError as e:
+            raise VerifierError(f"invalid sharding {inst.sharding}: {e.message}",
+                                _where(comp, inst)) from None
