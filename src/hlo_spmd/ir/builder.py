@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import keyword
 import weakref
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, Union
 
 import numpy as np
@@ -121,30 +120,14 @@ class _ModuleState:
         self.computations: dict[Any, Computation] = {}
 
 
-# Modules that support weak references are keyed weakly. ``Module`` declares __slots__
-# without __weakref__, so those fall back to a small identity-checked LRU that holds the
-# module strongly (bounded, so at most _LRU_SIZE modules are kept alive by it).
+# Keyed weakly: the state lives exactly as long as its module.
 _WEAK_STATE: "weakref.WeakKeyDictionary[Any, _ModuleState]" = weakref.WeakKeyDictionary()
-_STRONG_STATE: "OrderedDict[int, tuple[Any, _ModuleState]]" = OrderedDict()
-_LRU_SIZE = 32
 
 
 def _state(module: "Module") -> _ModuleState:
-    try:
-        st = _WEAK_STATE.get(module)
-        if st is None:
-            st = _WEAK_STATE[module] = _ModuleState()
-        return st
-    except TypeError:
-        pass
-    entry = _STRONG_STATE.get(id(module))
-    if entry is not None and entry[0] is module:
-        _STRONG_STATE.move_to_end(id(module))
-        return entry[1]
-    st = _ModuleState()
-    _STRONG_STATE[id(module)] = (module, st)
-    while len(_STRONG_STATE) > _LRU_SIZE:
-        _STRONG_STATE.popitem(last=False)
+    st = _WEAK_STATE.get(module)
+    if st is None:
+        st = _WEAK_STATE[module] = _ModuleState()
     return st
 
 
