@@ -1,0 +1,111 @@
+"""The one place collectives and partition-dependent values are created.
+
+Handlers pass logical device groups (ids within the current device group); the factory
+maps them to physical devices, writes compact iota replica groups when the physical
+groups have that form (explicit lists otherwise), gives every collective a fresh channel
+id with ``use_global_device_ids=true`` (so groups name partitions), and derives
+per-device values (offsets, masks) from ``partition-id`` through constant tables.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from hlo_spmd.collectives.groups import DeviceGrouping
+from hlo_spmd.ir.builder import Builder, IotaGroups
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.sharding.grouping import iota_replica_groups
+
+# Collective statistics are read off the output module; nothing is counted here.
+
+
+def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
+    """The compact iota form when it exists, else the explicit group array."""
+    iota = iota_replica_groups(physical)
+    if iota is not None:
+        return IotaGroups(*iota)
+    return physical
+
+
+class CollectiveFactory:
+    def __init__(self, builder: Builder, grouping: DeviceGrouping) -> None:
+        self.b = builder
+        self.grouping = grouping
+        self._tables: dict[tuple, Instruction] = {}
+        self._pid: Instruction | None = None
+
+    def with_grouping(self, grouping: DeviceGrouping) -> "CollectiveFactory":
+        out = CollectiveFactory(self.b, grouping)
+        out._pid = self._pid
+        return out
+
+    def with_builder(self, builder: Builder) -> "CollectiveFactory":
+        return CollectiveFactory(builder, self.grouping)
+
+    # -- groups -------------------------------------------------------------------------
+    def _groups(self, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
+        return replica_groups_for(self.grouping.physical(logical_groups))
+
+    # -- collectives --------------------------------------------------------------------
+    def all_reduce(self, x: Instruction, reducer: str, logical_groups: np.ndarray,
+                   name: str | None = None) -> Instruction:
+        if np.asarray(logical_groups).shape[-1] == 1:
+            return x
+        return self.b.all_reduce(x, reducer, self._groups(logical_groups), name=name)
+
+    def all_gather(self, x: Instruction, dim: int, logical_groups: np.ndarray,
+                   name: str | None = None) -> Instruction:
+        if np.asarray(logical_groups).shape[-1] == 1:
+            return x
+        return self.b.all_gather(x, dim, self._groups(logical_groups), name=name)
+
+    def reduce_scatter(self, x: Instruction, dim: int, reducer: str,
+                       logical_groups: np.ndarray, name: str | None = None) -> Instruction:
+        if np.asarray(logical_groups).shape[-1] == 1:
+            return x
+        return self.b.reduce_scatter(x, dim, reducer, self._groups(logical_groups), name=name)
+
+    def all_to_all(self, x: Instruction, dim: int, logical_groups: np.ndarray,
+                   name: str | None = None) -> Instruction:
+        """Array all-to-all: ``dim`` is split into group-size chunks, chunk j goes to group
+        member j, received chunks are concatenated along ``dim`` in member order."""
+        if np.asarray(logical_groups).shape[-1] == 1:
+            return x
+        return self.b.all_to_all(x, self._groups(logical_groups), split_dimension=dim, name=name)
+
+    def collective_permute(self, x: Instruction, logical_pairs: Sequence[tuple[int, int]] | np.ndarray,
+                           name: str | None = None) -> Instruction:
+        pairs = self.grouping.physical_pairs(np.asarray(logical_pairs, dtype=np.int64))
+        return self.b.collective_permute(x, [tuple(p) for p in pairs.tolist()], name=name)
+
+    # -- partition-dependent values -----------------------------------------------------
+    def partition_id(self) -> Instruction:
+        """The physical partition id (u32 scalar), once per computation."""
+        if self._pid is None or self._pid.parent is not self.b.computation:
+            self._pid = self.b.partition_id()
+        return self._pid
+
+    def table_lookup(self, physical_values: np.ndarray, element_type=PrimitiveType.S32,
+                     name: str | None = None) -> Instruction:
+        """This device's entry of a per-physical-device table (a scalar)."""
+        values = np.asarray(physical_values)
+        if values.size and np.all(values == values.flat[0]):
+            return self.b.constant(np.asarray(values.flat[0]).astype(np.int64), element_type)
+        key = (values.tobytes(), int(element_type), self.b.computation.name)
+        cached = self._tables.get(key)
+        if cached is not None and cached.parent is self.b.computation:
+            return cached
+        table = self.b.constant(values.astype(np.int64), element_type, name=name or "offsets")
+        pid = self.partition_id()
+        sliced = self.b.dynamic_slice(table, [pid], [1])
+        out = self.b.reshape(sliced, [])
+        self._tables[key] = out
+        return out
+
+    def logical_table_lookup(self, logical_values: np.ndarray,
+                             element_type=PrimitiveType.S32) -> Instruction:
+        """This device's entry of a per-LOGICAL-device table (ids within its group)."""
+        return self.table_lookup(self.grouping.expand_table(np.asarray(logical_values)),
+                                 element_type)

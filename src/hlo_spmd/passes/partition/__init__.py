@@ -1,0 +1,55 @@
+"""The SPMD partitioner (GSPMD section 4): one per-device program with collectives."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_spmd.errors import ShardingError
+from hlo_spmd.ir.module import Module
+from hlo_spmd.passes.partition.context import PartitionReport
+from hlo_spmd.passes.partition.driver import partition_module
+
+
+@dataclass
+class PartitionResult:
+    module: Module
+    num_partitions: int
+    report: PartitionReport
+
+
+def infer_num_partitions(module: Module, requested: int | None) -> int:
+    """The device count: what the shardings imply, checked against ``requested``."""
+    from hlo_spmd.annotations.normalize import module_device_count
+
+    implied = module_device_count(module)
+    if requested is not None:
+        if requested < 1:
+            raise ShardingError(f"--num-partitions must be at least 1, got {requested}")
+        if implied is not None and implied != requested:
+            raise ShardingError(f"the module's shardings use {implied} devices but "
+                                f"--num-partitions is {requested}")
+        return requested
+    if implied is None:
+        raise ShardingError("no sharding names a device count; pass --num-partitions N")
+    return implied
+
+
+def partition(module: Module, num_partitions: int | None = None, *,
+              complete: bool = False, verify: bool = True) -> PartitionResult:
+    """Complete the shardings (unless ``complete``) and partition ``module``."""
+    from hlo_spmd.annotations import normalize_annotations
+
+    normalize_annotations(module)
+    n = infer_num_partitions(module, num_partitions)
+    if not complete:
+        try:
+            from hlo_spmd.passes.propagation import propagate
+        except ImportError:  # completion not available: unannotated means replicated
+            propagate = None
+        if propagate is not None:
+            propagate(module)
+    out, report = partition_module(module, n)
+    if verify:
+        from hlo_spmd.ir.verifier import verify_module
+
+        verify_module(out)
+    return PartitionResult(out, n, report)

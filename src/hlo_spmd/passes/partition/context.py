@@ -1,0 +1,114 @@
+"""Everything a handler needs: the builder of the computation being written, the
+collective factory (with the current device grouping), the partitioned values of
+already-handled instructions, and the report of what was done."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hlo_spmd.collectives.factory import CollectiveFactory
+from hlo_spmd.collectives.groups import DeviceGrouping
+from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.ir.builder import Builder
+from hlo_spmd.ir.clone import clone_computation
+from hlo_spmd.ir.computation import Computation
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.sharding import HloSharding, tile_shape
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass
+class PartitionReport:
+    """What the partitioner did that a user may want to know."""
+    replicated_fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (name, opcode)
+    unsharded_inputs: list[str] = field(default_factory=list)
+    handler_of: dict[str, str] = field(default_factory=dict)
+
+
+class PartitionError(HloSpmdError):
+    """An internal partitioning failure; names the instruction it happened on."""
+
+
+@dataclass
+class ModuleState:
+    """Shared by every context of one partitioning run."""
+    source: Module
+    out: Module
+    num_devices: int
+    report: PartitionReport
+    clone_memo: dict[int, Computation] = field(default_factory=dict)
+
+
+class PartitionContext:
+    def __init__(self, state: ModuleState, builder: Builder, factory: CollectiveFactory,
+                 values: dict[int, PValue] | None = None) -> None:
+        self.state = state
+        self.b = builder
+        self.f = factory
+        self.values: dict[int, PValue] = values if values is not None else {}
+
+    # -- derived contexts ---------------------------------------------------------------
+    def in_group(self, grouping: DeviceGrouping) -> "PartitionContext":
+        """Same computation and values; collectives and tables act within ``grouping``."""
+        return PartitionContext(self.state, self.b, self.f.with_grouping(grouping), self.values)
+
+    def for_computation(self, builder: Builder) -> "PartitionContext":
+        """A fresh value map for another computation (same device grouping)."""
+        return PartitionContext(self.state, builder, self.f.with_builder(builder), {})
+
+    @property
+    def grouping(self) -> DeviceGrouping:
+        return self.f.grouping
+
+    @property
+    def num_devices(self) -> int:
+        """Devices in the current group (the logical partition count)."""
+        return self.f.grouping.group_size
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, inst: Instruction) -> PValue:
+        try:
+            return self.values[id(inst)]
+        except KeyError:
+            raise PartitionError(f"operand {inst.name} has not been partitioned",
+                                 f"instruction {inst.name}") from None
+
+    def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
+        """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
+        from hlo_spmd.passes.partition.reshard import reshard
+
+        return reshard(self, self.value(inst.operands[i]), target).hlo
+
+    def reshard(self, pv: PValue, target: HloSharding) -> PValue:
+        from hlo_spmd.passes.partition.reshard import reshard
+
+        return reshard(self, pv, target)
+
+    # -- helpers ------------------------------------------------------------------------
+    def clone(self, comp: Computation) -> Computation:
+        """A computation called as-is (reducers, comparators): copied once."""
+        copy = clone_computation(comp, self.state.out, self.state.clone_memo)
+        # Copies are appended; keep them before every partitioned caller.
+        return copy
+
+    def local_shape(self, shape: Shape, sharding: HloSharding) -> Shape:
+        if shape.is_tuple:
+            elems = sharding.tuple_elements if sharding.is_tuple else [sharding] * len(shape.tuple_shapes)
+            return Shape.tuple_of([self.local_shape(s, e) for s, e in zip(shape.tuple_shapes, elems)])
+        if not shape.is_array or not sharding.is_tiled:
+            return shape
+        return shape.with_dims(tile_shape(sharding, shape.dims))
+
+    def sharding_of(self, inst: Instruction) -> HloSharding:
+        """The instruction's sharding; unannotated means replicated."""
+        return inst.sharding if inst.sharding is not None else HloSharding.replicate()
+
+    def logical_table(self, values: np.ndarray) -> Instruction:
+        return self.f.logical_table_lookup(values)

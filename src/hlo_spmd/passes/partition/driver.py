@@ -1,0 +1,127 @@
+"""Partitioning driver: build the per-device module from a completed one.
+
+The output contract (design.md): one program for all devices; entry parameters have the
+per-device shape ceil(dim/tiles) of their sharding, padded at the end; entry parameters
+and root carry ``sharding={manual}`` so XLA compiles the program as written; the global
+shardings are recorded in ``spmd_parameters_shardings`` / ``spmd_output_sharding``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from hlo_spmd.collectives.factory import CollectiveFactory
+from hlo_spmd.collectives.groups import DeviceGrouping
+from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.ir.builder import Builder
+from hlo_spmd.ir.computation import Computation
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
+                                               PartitionReport)
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import HANDLERS
+from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.sharding import HloSharding, to_proto
+
+import hlo_spmd.passes.partition.handlers  # noqa: F401  (registers the handlers)
+
+
+def manual_like(shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([manual_like(s) for s in shape.tuple_shapes])
+    return HloSharding.manual()
+
+
+def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
+    """Run the handler of every non-parameter instruction of ``comp`` in program order."""
+    from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+
+    for inst in comp.instructions:
+        if inst.opcode == "parameter":
+            continue
+        handler = HANDLERS.get(inst.opcode, handle_replicated)
+        ctx.b.metadata = inst.attrs.metadata if inst.attrs.HasField("metadata") else None
+        try:
+            pv = handler(ctx, inst)
+        except HloSpmdError:
+            raise
+        except Exception as e:  # a bug: name the instruction it happened on
+            raise PartitionError(f"internal error in the {inst.opcode} handler: "
+                                 f"{type(e).__name__}: {e}",
+                                 f"computation {comp.name}, instruction {inst.name}") from e
+        ctx.values[id(inst)] = pv
+        ctx.state.report.handler_of[inst.name] = getattr(handler, "__name__", str(handler))
+    ctx.b.metadata = None
+
+
+def partition_computation(ctx: PartitionContext, comp: Computation,
+                          param_shardings: Sequence[HloSharding], root_sharding: HloSharding,
+                          name: str | None = None) -> Computation:
+    """A partitioned copy of a called computation (while body/condition, branch, call):
+    parameters arrive with ``param_shardings``, the root leaves with ``root_sharding``."""
+    out = Computation(name or comp.name)
+    ctx.state.out.add_computation(out)
+    b = Builder(out)
+    inner = ctx.for_computation(b)
+    for param, sharding in zip(comp.parameters, param_shardings):
+        local = inner.local_shape(param.shape, sharding)
+        new = b.parameter(param.parameter_number, local, name=param.name)
+        inner.values[id(param)] = PValue(new, param.shape, sharding)
+    partition_instructions(inner, comp)
+    root = reshard(inner, inner.value(comp.root), root_sharding)
+    b.set_root(root.hlo)
+    return out
+
+
+def partition_module(module: Module, num_partitions: int) -> tuple[Module, PartitionReport]:
+    out = Module(module.name)
+    if module.attrs is not None:
+        out.attrs = hlo_pb2.HloModuleProto()
+        out.attrs.CopyFrom(module.attrs)
+        for f in ("spmd_parameters_shardings", "spmd_output_sharding", "schedule",
+                  "host_program_shape"):
+            out.attrs.ClearField(f)
+    state = ModuleState(module, out, num_partitions, PartitionReport())
+    entry = Computation(module.entry.name)
+    out.add_computation(entry)
+    out.entry = entry
+    b = Builder(entry)
+    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping.flat(num_partitions)))
+
+    param_shardings: list[HloSharding] = []
+    new_params: list[Instruction] = []
+    for param in module.entry.parameters:
+        sharding = param.sharding
+        if sharding is None:
+            sharding = HloSharding.replicate()
+            state.report.unsharded_inputs.append(param.name)
+        local = ctx.local_shape(param.shape, sharding)
+        new = b.parameter(param.parameter_number, local, name=param.name)
+        ctx.values[id(param)] = PValue(new, param.shape, sharding)
+        param_shardings.append(sharding)
+        new_params.append(new)
+
+    partition_instructions(ctx, module.entry)
+    root = module.entry.root
+    root_sharding = ctx.sharding_of(root)
+    result = reshard(ctx, ctx.value(root), root_sharding).hlo
+    if result.opcode == "parameter":
+        result = b.op("copy", [result], declared=result.shape)  # a root must not double as input
+    b.set_root(result)
+
+    for inst in out.instructions():
+        inst.sharding = None
+        inst.source_sharding = None
+    for new, param in zip(new_params, module.entry.parameters):
+        new.sharding = manual_like(param.shape)
+    result.sharding = manual_like(root.shape)
+    for s in param_shardings:
+        out.attrs.spmd_parameters_shardings.add().CopyFrom(to_proto(s))
+    out.attrs.spmd_output_sharding.CopyFrom(to_proto(root_sharding))
+
+    for comp in out.computations:
+        comp.remove_dead()
+    out.remove_unreachable_computations()
+    out.sort_computations()
+    return out, state.report

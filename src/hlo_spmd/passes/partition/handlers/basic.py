@@ -1,0 +1,106 @@
+"""Parameters, constants, tuples, annotation custom-calls, and the replicated fallback."""
+from __future__ import annotations
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.reshard import reshard, slice_replicated
+from hlo_spmd.sharding import HloSharding
+
+
+@handles("constant", "iota", "rng-get-and-update-state")
+def handle_full_then_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Materialize the whole value on every device, then cut this device's tile (no traffic)."""
+    full = emit_like(ctx, inst, [], inst.shape)
+    pv = PValue(full, inst.shape, HloSharding.replicate())
+    return reshard(ctx, pv, ctx.sharding_of(inst))
+
+
+@handles("tuple")
+def handle_tuple(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = ctx.sharding_of(inst)
+    elems = (list(target.tuple_elements) if target.is_tuple
+             else [target] * len(inst.operands))
+    parts = [ctx.operand(inst, i, elems[i]) for i in range(len(inst.operands))]
+    return PValue(ctx.b.tuple(parts, name=inst.name), inst.shape, HloSharding.tuple(elems))
+
+
+@handles("get-tuple-element")
+def handle_gte(ctx: PartitionContext, inst: Instruction) -> PValue:
+    src = ctx.value(inst.operands[0])
+    i = inst.tuple_index
+    elem_sharding = src.sharding.tuple_elements[i] if src.sharding.is_tuple else src.sharding
+    gte = ctx.b.get_tuple_element(src.hlo, i, name=inst.name)
+    pv = PValue(gte, inst.shape, elem_sharding)
+    return reshard(ctx, pv, ctx.sharding_of(inst))
+
+
+@handles("custom-call")
+def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
+    rule = CUSTOM_CALLS.get(inst.custom_call_target, handle_replicated)
+    return rule(ctx, inst)
+
+
+def _sharding_annotation(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """`Sharding` custom-call: the value, resharded to the annotation."""
+    return reshard(ctx, ctx.value(inst.operands[0]), ctx.sharding_of(inst))
+
+
+def _full_to_shard(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Enter a manual region: the operand's local tile is the manual value."""
+    operand = inst.operands[0]
+    pv = ctx.value(operand)
+    full_sharding = ctx.sharding_of(operand)
+    if not full_sharding.is_tiled:
+        full_sharding = pv.sharding
+    local = reshard(ctx, pv, full_sharding).hlo
+    if tuple(local.shape.dims) != tuple(inst.shape.dims):
+        raise PartitionError(f"manual region shard shape {list(inst.shape.dims)} does not match "
+                             f"the local tile {list(local.shape.dims)}", f"instruction {inst.name}")
+    return PValue(local, inst.shape, ctx.sharding_of(inst))
+
+
+def _shard_to_full(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Leave a manual region: the manual value becomes the tile of the full sharding."""
+    pv = ctx.value(inst.operands[0])
+    full = ctx.sharding_of(inst)
+    if full.is_manual:
+        raise PartitionError("SPMDShardToFullShape needs a non-manual sharding",
+                             f"instruction {inst.name}")
+    return PValue(pv.hlo, inst.shape, full)
+
+
+CUSTOM_CALLS = {
+    "Sharding": _sharding_annotation,
+    "SPMDFullToShardShape": _full_to_shard,
+    "SPMDShardToFullShape": _shard_to_full,
+}
+
+
+def handle_replicated(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Any op without a handler: run it on whole (replicated) operands, then cut the
+    result's tiles. Correct for every op; reported so users see what was not partitioned."""
+    ctx.state.report.replicated_fallbacks.append((inst.name, inst.opcode))
+    operands = []
+    for op in inst.operands:
+        pv = ctx.value(op)
+        target = _replicated_like(pv.sharding, op.shape)
+        operands.append(reshard(ctx, pv, target).hlo)
+    full = emit_like(ctx, inst, operands, inst.shape)
+    pv = PValue(full, inst.shape, _replicated_like(HloSharding.replicate(), inst.shape))
+    return reshard(ctx, pv, ctx.sharding_of(inst))
+
+
+def _replicated_like(s: HloSharding, shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_replicated_like(s, c) for c in shape.tuple_shapes])
+    if s.is_manual:
+        return s
+    return HloSharding.replicate()
+
+
+__all__ = ["handle_replicated", "CUSTOM_CALLS", "np"]

@@ -1,0 +1,157 @@
+"""Resharding: the single way a partitioned value changes sharding.
+
+Routes (cheapest that applies):
+  same sharding                 -> nothing
+  replicated -> tiled           -> pad (uneven) + dynamic-slice at this device's offset, no traffic
+  tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
+  maximal -> anything           -> select on the owner + all-reduce, then as replicated
+  anything else                 -> through replicated (correct; special routes in reshard_routes)
+Tuple values reshard per element.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.sharding import HloSharding, device_offsets, tile_shape
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.partition.context import PartitionContext
+
+# Extra routes (all-to-all, collective-permute, partial replication changes) register here:
+# each takes (ctx, pv, target) and returns a PValue or None when it does not apply.
+SPECIAL_ROUTES: list = []
+
+
+def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    src = pv.sharding
+    if src == target:
+        return pv
+    if pv.base_shape.is_tuple:
+        return _reshard_tuple(ctx, pv, target)
+    if not pv.base_shape.is_array:
+        return PValue(pv.hlo, pv.base_shape, target)
+    if src.is_manual or target.is_manual:
+        if src.is_manual and target.is_manual:
+            return PValue(pv.hlo, pv.base_shape, target)
+        from hlo_spmd.passes.partition.context import PartitionError
+
+        raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",
+                             f"instruction {pv.hlo.name}")
+    if src.is_maximal:
+        pv = maximal_to_replicated(ctx, pv)
+        src = pv.sharding
+        if src == target:
+            return pv
+    if target.is_maximal:
+        # A replicated value is valid on the owner device as well.
+        return PValue(replicate(ctx, pv).hlo, pv.base_shape, target)
+    for route in SPECIAL_ROUTES:
+        out = route(ctx, pv, target)
+        if out is not None:
+            return out
+    if target.is_replicated:
+        return replicate(ctx, pv)
+    return slice_replicated(ctx, replicate(ctx, pv), target)
+
+
+def _reshard_tuple(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    n = len(pv.base_shape.tuple_shapes)
+    src_elems = _tuple_elems(pv.sharding, n)
+    dst_elems = _tuple_elems(target, n)
+    parts = []
+    for i in range(n):
+        elem = PValue(ctx.b.get_tuple_element(pv.hlo, i), pv.base_shape.tuple_shapes[i], src_elems[i])
+        parts.append(reshard(ctx, elem, dst_elems[i]).hlo)
+    return PValue(ctx.b.tuple(parts), pv.base_shape, target)
+
+
+def _tuple_elems(s: HloSharding, n: int) -> list[HloSharding]:
+    if s.is_tuple:
+        return list(s.tuple_elements)
+    return [s] * n
+
+
+def gather_groups(s: HloSharding, dim: int) -> np.ndarray:
+    """Logical device groups that differ only in their tile index along ``dim``, each in
+    tile-index order (the order all-gather concatenates)."""
+    arr = s.tile_assignment.array()
+    return np.moveaxis(arr, dim, -1).reshape(-1, arr.shape[dim])
+
+
+def replicate(ctx: "PartitionContext", pv: PValue) -> PValue:
+    """Tiled (possibly partially replicated) -> replicated via all-gathers."""
+    s = pv.sharding
+    if s.is_replicated:
+        return pv
+    x = pv.hlo
+    if s.is_tiled:
+        tiles = s.tile_dims_for_data()
+        for dim, t in enumerate(tiles):
+            if t > 1:
+                x = ctx.f.all_gather(x, dim, gather_groups(s, dim))
+        x = slice_to(ctx, x, pv.base_shape.dims)
+    return PValue(x, pv.base_shape, HloSharding.replicate())
+
+
+def slice_to(ctx: "PartitionContext", x: Instruction, dims) -> Instruction:
+    """Slice off end padding so ``x`` has exactly ``dims``."""
+    if tuple(x.shape.dims) == tuple(dims):
+        return x
+    return ctx.b.slice(x, [0] * len(dims), list(dims), [1] * len(dims))
+
+
+def pad_to(ctx: "PartitionContext", x: Instruction, dims) -> Instruction:
+    """Pad at the end with zeros so ``x`` has ``dims`` (each >= the current size)."""
+    if tuple(x.shape.dims) == tuple(dims):
+        return x
+    zero = ctx.b.scalar(0, x)
+    high = [int(d) - int(c) for d, c in zip(dims, x.shape.dims)]
+    return ctx.b.pad(x, zero, [0] * len(dims), high)
+
+
+def offsets_for(ctx: "PartitionContext", s: HloSharding, dims) -> list[Instruction]:
+    """This device's start offsets (padded coordinates) of sharding ``s`` on ``dims``."""
+    table = device_offsets(s, dims, num_devices=ctx.num_devices)
+    tiles = s.tile_dims_for_data() if s.is_tiled else [1] * len(dims)
+    out = []
+    for dim in range(len(dims)):
+        if tiles[dim] > 1:
+            out.append(ctx.logical_table(table[:, dim]))
+        else:
+            out.append(ctx.b.constant(np.int64(0), PrimitiveType.S32))
+    return out
+
+
+def slice_replicated(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """Replicated -> tiled: each device cuts its own tile, no communication."""
+    dims = pv.base_shape.dims
+    local = tile_shape(target, dims)
+    tiles = target.tile_dims_for_data()
+    padded = [int(l) * int(t) for l, t in zip(local, tiles)]
+    x = pad_to(ctx, pv.hlo, padded)
+    if tuple(local) == tuple(x.shape.dims):
+        return PValue(x, pv.base_shape, target)
+    out = ctx.b.dynamic_slice(x, offsets_for(ctx, target, dims), list(local))
+    return PValue(out, pv.base_shape, target)
+
+
+def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
+    """The owner's value to every device: zero elsewhere, then all-reduce."""
+    owner = pv.sharding.device
+    n = ctx.num_devices
+    is_owner = ctx.logical_table((np.arange(n) == owner).astype(np.int64))
+    one = ctx.b.constant(np.int64(1), PrimitiveType.S32)
+    pred = ctx.b.compare(is_owner, one, "EQ")
+    x = pv.hlo
+    if x.shape.rank:
+        pred = ctx.b.broadcast(pred, list(x.shape.dims), [])
+    zero = ctx.b.broadcast(ctx.b.scalar(0, x), list(x.shape.dims), []) if x.shape.rank else ctx.b.scalar(0, x)
+    selected = ctx.b.select(pred, x, zero)
+    op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+    out = ctx.f.all_reduce(selected, op, np.arange(n).reshape(1, n))
+    return PValue(out, pv.base_shape, HloSharding.replicate())
