@@ -12,7 +12,7 @@ _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
 class Module:
     __slots__ = ("name", "computations", "entry", "id", "attrs", "_names", "_next_suffix",
-                 "_next_instruction_id", "_next_computation_id", "__weakref__")
+                 "_next_instruction_id", "_next_computation_id", "config", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -25,6 +25,8 @@ class Module:
         self._next_suffix: dict[str, int] = {}
         self._next_instruction_id = 0
         self._next_computation_id = 0
+        # HloModuleConfig fields that only HLO text carries (num_partitions, replica_count, ...).
+        self.config: dict = {}
 
     # -- naming and ids -----------------------------------------------------------------
     def unique_name(self, wanted: str) -> str:

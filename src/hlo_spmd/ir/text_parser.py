@@ -1451,8 +1451,7 @@ def parse_module_with_config(text: str, source: str = "<text>") -> tuple[Module,
     (replica_count, num_partitions, alias_passthrough_params, allow_spmd_...)."""
     p = _Parser(text, source)
     module = p.parse()
-    if hasattr(type(module), "__slots__") and "config" in getattr(type(module), "__slots__", ()):
-        module.config = dict(p.config)  # type: ignore[attr-defined]
+    module.config = dict(p.config)
     return module, dict(p.config)
 
 
