@@ -11,10 +11,10 @@ install:
 
 demo: install
 	mkdir -p $(OUT)
-	hlo-spmd show $(DEMO_FIXTURE) --annotated-only
-	hlo-spmd convert $(DEMO_FIXTURE) -o $(OUT)/demo.hlo
-	hlo-spmd convert $(OUT)/demo.hlo -o $(OUT)/demo.pb
-	@echo "demo: wrote $(OUT)/demo.hlo and $(OUT)/demo.pb"
+	hlo-spmd show $(DEMO_FIXTURE) --annotated-only --no-metadata
+	hlo-spmd partition $(DEMO_FIXTURE) -o $(OUT)/demo.partitioned.pb
+	hlo-spmd show $(OUT)/demo.partitioned.pb --no-metadata
+	hlo-spmd verify $(DEMO_FIXTURE) $(OUT)/demo.partitioned.pb
 
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider

@@ -40,3 +40,69 @@ def show(src: str, computation: str | None, annotated_only: bool, instruction: s
     text = select_text(module, computation=computation, annotated_only=annotated_only,
                        instruction=instruction, print_metadata=not no_metadata)
     render_hlo(text, color=color)
+
+
+@cli.command()
+@click.argument("src", metavar="IN")
+@click.option("-o", "--output", "out", required=True, metavar="OUT",
+              help="Partitioned module; .hlo/.txt writes text, else HloModuleProto.")
+@click.option("-n", "--num-partitions", type=int, default=None,
+              help="Device count (default: what the shardings imply; a mismatch is an error).")
+@click.option("--complete", is_flag=True,
+              help="The module already has a sharding on every instruction: skip completion.")
+@click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
+def partition(src: str, out: str, num_partitions: int | None, complete: bool,
+              fmt: str | None) -> None:
+    """Complete shardings and partition IN into one per-device SPMD program."""
+    from hlo_spmd.passes.partition import partition as run_partition
+
+    module = load_module(src, verify=True)
+    result = run_partition(module, num_partitions, complete=complete)
+    save_module(result.module, out, fmt)
+    fallbacks = result.report.replicated_fallbacks
+    click.echo(f"wrote {out}: {result.num_partitions} partitions, "
+               f"{result.module.instruction_count()} instructions"
+               + (f", {len(fallbacks)} ops replicated (no partitioned handler)" if fallbacks else ""),
+               err=True)
+
+
+@cli.command()
+@click.argument("original", metavar="ORIGINAL")
+@click.argument("partitioned", metavar="PARTITIONED")
+@click.option("-n", "--num-partitions", type=int, default=None,
+              help="Device count (default: the partitioned module's recorded shardings).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--rtol", type=float, default=None)
+@click.option("--atol", type=float, default=None)
+def verify(original: str, partitioned: str, num_partitions: int | None, seed: int,
+           rtol: float | None, atol: float | None) -> None:
+    """Run ORIGINAL on one CPU device and PARTITIONED on N, and compare (needs jax)."""
+    from hlo_spmd.ir.io import module_bytes
+    from hlo_spmd.runtime import verify as run_verify
+
+    orig = load_module(original)
+    part = load_module(partitioned)
+    n = num_partitions or _recorded_partitions(part)
+    report = run_verify(module_bytes(orig), module_bytes(part), n, seed=seed, rtol=rtol, atol=atol)
+    click.echo(str(report))
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _recorded_partitions(module) -> int:
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.sharding import from_proto
+
+    counts = set()
+    attrs = module.attrs
+    shardings = list(attrs.spmd_parameters_shardings) if attrs is not None else []
+    if attrs is not None and attrs.HasField("spmd_output_sharding"):
+        shardings.append(attrs.spmd_output_sharding)
+    for msg in shardings:
+        s = from_proto(msg)
+        for leaf in (s.tuple_elements if s.is_tuple else (s,)):
+            if leaf.num_devices:
+                counts.add(leaf.num_devices)
+    if len(counts) != 1:
+        raise HloSpmdError("cannot tell the partition count from the module; pass --num-partitions")
+    return counts.pop()
