@@ -159,3 +159,45 @@ def test_real_entry_point_exit_code_and_stderr(tmp_path):
     assert p.stdout == ""
     assert p.stderr.count("\n") == 1 and "no such file" in p.stderr
     assert not out.exists()
+
+
+def test_partition_then_verify(tmp_path):
+    out = tmp_path / "p.pb"
+    r = run("partition", os.path.join(FIX, "mlp_dp.pb"), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    msg = _proto(out)
+    assert len(msg.spmd_parameters_shardings) == 5 and msg.HasField("spmd_output_sharding")
+    r = run("verify", os.path.join(FIX, "mlp_dp.pb"), str(out))
+    assert r.exit_code == 0, r.output
+    assert "OK" in r.output
+
+
+def test_partition_device_count_mismatch(tmp_path):
+    out = tmp_path / "p.pb"
+    r = run("partition", os.path.join(FIX, "mlp_dp.pb"), "-o", str(out), "-n", "4")
+    assert r.exit_code == 2
+    assert "8 devices" in r.output and "4" in r.output and "\n" not in r.output.strip()
+    assert not out.exists()
+
+
+def test_verify_catches_a_wrong_program(tmp_path):
+    """A partitioned module with one collective's result corrupted must fail verification."""
+    from hlo_spmd.ir.builder import Builder
+    from hlo_spmd.ir.io import load_module, save_module
+
+    out = tmp_path / "p.pb"
+    assert run("partition", os.path.join(FIX, "mlp_dp.pb"), "-o", str(out)).exit_code == 0
+    m = load_module(out)
+    g = next(i for i in m.instructions() if i.opcode == "all-gather")
+    comp = g.parent
+    users = [u for u in comp.instructions if g in u.operands]
+    wrong = Builder(comp).add(g, g)  # doubles the gathered activations
+    comp.instructions.remove(wrong)
+    comp.instructions.insert(comp.instructions.index(g) + 1, wrong)
+    for u in users:
+        u.replace_operand(g, wrong)
+    bad = tmp_path / "bad.pb"
+    save_module(m, bad)
+    r = run("verify", os.path.join(FIX, "mlp_dp.pb"), str(bad))
+    assert r.exit_code == 1, r.output
+    assert r.output.splitlines()[-1].strip() != "OK"
