@@ -106,3 +106,56 @@ def _recorded_partitions(module) -> int:
     if len(counts) != 1:
         raise HloSpmdError("cannot tell the partition count from the module; pass --num-partitions")
     return counts.pop()
+
+
+@cli.command()
+@click.argument("src", metavar="IN")
+@click.option("-o", "--output", "out", required=True, metavar="OUT")
+@click.option("--to-parameters", is_flag=True, help="Allow refining entry parameter shardings.")
+@click.option("--to-output", is_flag=True, help="Allow refining the root's sharding.")
+@click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
+def propagate(src: str, out: str, to_parameters: bool, to_output: bool, fmt: str | None) -> None:
+    """Complete IN's shardings: every instruction gets one; user annotations are kept."""
+    from hlo_spmd.passes.propagation import propagate as run_propagation
+
+    module = load_module(src, verify=True)
+    result = run_propagation(module, propagate_to_parameters=to_parameters,
+                             propagate_to_output=to_output)
+    save_module(module, out, fmt)
+    sharded = sum(1 for i in module.instructions() if i.sharding is not None)
+    click.echo(f"wrote {out}: {sharded}/{module.instruction_count()} instructions sharded, "
+               f"{len(result.fixed)} user annotations kept, {result.iterations} iterations, "
+               f"{result.seconds:.2f}s", err=True)
+
+
+@cli.command()
+@click.argument("src", metavar="IN")
+@click.argument("name", metavar="NAME")
+@click.option("--alternatives/--no-alternatives", default=True, show_default=True,
+              help="List the candidate shardings that lost, and why.")
+def explain(src: str, name: str, alternatives: bool) -> None:
+    """Why NAME got its sharding: the chain of rules and neighbours back to the user
+    annotations it came from."""
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.passes.propagation import propagate as run_propagation
+    from hlo_spmd_cli.render import render_explanation
+
+    module = load_module(src, verify=True)
+    if module.find(name) is None:
+        raise HloSpmdError(f"no instruction named {name!r} in {src}")
+    result = run_propagation(module)
+    render_explanation(result, name, alternatives)
+
+
+@cli.command()
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also list instructions that exist in only one module.")
+def diff(a: str, b: str, show_all: bool) -> None:
+    """Per instruction, the shardings that differ between modules A and B."""
+    from hlo_spmd.diff import sharding_diff
+    from hlo_spmd_cli.render import render_diff
+
+    rows = sharding_diff(load_module(a), load_module(b), include_missing=show_all)
+    render_diff(rows, a, b)

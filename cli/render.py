@@ -45,3 +45,46 @@ def render_hlo(text: str, color: bool | None = None) -> None:
     highlighter = HloHighlighter()
     for line in text.splitlines():
         out.print(highlighter(line), markup=False, highlight=False)
+
+
+def render_diff(rows, a_label: str, b_label: str) -> None:
+    from rich.table import Table
+
+    out = console()
+    if not rows:
+        out.print(f"no sharding differences between {a_label} and {b_label}")
+        return
+    table = Table(title=f"sharding differences: {a_label} -> {b_label}", show_lines=False)
+    for col in ("computation", "instruction", "opcode", "A", "B", "status"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r.computation, r.name, r.opcode, str(r.before) if r.before else "-",
+                      str(r.after) if r.after else "-", r.status)
+    out.print(table)
+    out.print(f"{len(rows)} instruction(s) differ")
+
+
+def render_explanation(result, name: str, alternatives: bool = True) -> None:
+    from rich.table import Table
+
+    out = console()
+    chain = result.explain(name)
+    if not chain:
+        out.print(f"{name}: no sharding decision recorded")
+        return
+    head = chain[0]
+    out.print(f"[bold]{name}[/bold]: [bold red]{head.sharding}[/bold red]", highlight=False)
+    table = Table(title="how it got there (each row's source is the next row)")
+    for col in ("instruction", "sharding", "direction", "rule", "from", "level/iter"):
+        table.add_column(col, overflow="fold")
+    for d in chain:
+        table.add_row(d.name, str(d.sharding), d.direction, d.rule, ", ".join(d.sources) or "-",
+                      f"{d.level}/{d.iteration}" if d.level >= 0 else "-")
+    out.print(table)
+    if alternatives and head.alternatives:
+        alt = Table(title=f"candidates for {name} that lost")
+        for col in ("sharding", "rule", "from", "why it lost"):
+            alt.add_column(col, overflow="fold")
+        for a in head.alternatives:
+            alt.add_row(str(a.sharding), a.rule, ", ".join(a.sources) or "-", a.reason)
+        out.print(alt)

@@ -201,3 +201,30 @@ def test_verify_catches_a_wrong_program(tmp_path):
     r = run("verify", os.path.join(FIX, "mlp_dp.pb"), str(bad))
     assert r.exit_code == 1, r.output
     assert r.output.splitlines()[-1].strip() != "OK"
+
+
+def test_propagate_explain_diff(tmp_path):
+    out = tmp_path / "p.pb"
+    r = run("propagate", MLP, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    from hlo_spmd.ir.io import load_module
+
+    before, after = load_module(MLP), load_module(out)
+    assert all(i.sharding is not None for i in after.instructions()
+               if i.shape.is_array and i.parent is after.entry)
+    # user annotations unchanged
+    for i in before.instructions():
+        if i.sharding is not None:
+            assert after.find(i.name).sharding == i.sharding
+    r = run("diff", MLP, str(out))
+    assert r.exit_code == 0
+    changed = [i.name for i in after.instructions()
+               if before.find(i.name).sharding != i.sharding]
+    assert changed and all(n in r.output for n in changed)
+    r = run("diff", MLP, MLP)
+    assert "no sharding differences" in r.output
+    r = run("explain", MLP, "tanh.1")
+    assert r.exit_code == 0, r.output
+    assert "tanh.1" in r.output and str(after.find("tanh.1").sharding)[:12] in r.output
+    r = run("explain", MLP, "nope")
+    assert r.exit_code == 2 and "nope" in r.output
