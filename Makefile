@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 DEMO_FIXTURE ?= fixtures/hlo/mlp_2d_megatron.pb
 OUT ?= out
 
-.PHONY: install demo test test-fast proto fixtures bench clean
+.PHONY: install demo test test-slow proto fixtures bench clean
 
 install:
 	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,xla]'
@@ -19,8 +19,8 @@ demo: install
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
-test-fast:
-	$(PYTHON) -m pytest -q -x -p no:cacheprovider -m "not slow"
+test-slow:
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow
 
 proto:
 	bash scripts/gen_proto.sh

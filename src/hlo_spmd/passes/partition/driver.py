@@ -76,8 +76,8 @@ def partition_computation(ctx: PartitionContext, comp: Computation,
 
 def partition_module(module: Module, num_partitions: int) -> tuple[Module, PartitionReport]:
     out = Module(module.name)
+    out.attrs = hlo_pb2.HloModuleProto()
     if module.attrs is not None:
-        out.attrs = hlo_pb2.HloModuleProto()
         out.attrs.CopyFrom(module.attrs)
         for f in ("spmd_parameters_shardings", "spmd_output_sharding", "schedule",
                   "host_program_shape"):
