@@ -33,6 +33,25 @@ def manual_like(shape) -> HloSharding:
     return HloSharding.manual()
 
 
+# Identity custom-calls that only carry annotations; meaningless (and rejected by XLA
+# without their sharding) once the program is per-device.
+_ANNOTATION_TARGETS = frozenset({"Sharding", "xla.sdy.FuncResultSharding",
+                                 "xla.sdy.PropagationBarrier"})
+
+
+def _remove_annotation_calls(comp: Computation) -> None:
+    for inst in list(comp.instructions):
+        if (inst.opcode == "custom-call" and inst.custom_call_target in _ANNOTATION_TARGETS
+                and len(inst.operands) == 1 and inst.operands[0].shape.compatible(inst.shape)):
+            comp.replace_all_uses(inst, inst.operands[0])
+
+
+def _drop_sdy_attributes(fattrs) -> None:
+    """Shardy's attributes describe global shardings; the per-device program has none."""
+    for key in [k for k in fattrs.map if k.startswith("xla.sdy.")]:
+        del fattrs.map[key]
+
+
 def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     """Run the handler of every non-parameter instruction of ``comp`` in program order."""
     from hlo_spmd.passes.partition.handlers.basic import handle_replicated
@@ -113,6 +132,8 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
     for inst in out.instructions():
         inst.sharding = None
         inst.source_sharding = None
+        _drop_sdy_attributes(inst.attrs.frontend_attributes)
+    _drop_sdy_attributes(out.attrs.frontend_attributes)
     for new, param in zip(new_params, module.entry.parameters):
         new.sharding = manual_like(param.shape)
     result.sharding = manual_like(root.shape)
@@ -121,6 +142,7 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
     out.attrs.spmd_output_sharding.CopyFrom(to_proto(root_sharding))
 
     for comp in out.computations:
+        _remove_annotation_calls(comp)
         comp.remove_dead()
     out.remove_unreachable_computations()
     out.sort_computations()

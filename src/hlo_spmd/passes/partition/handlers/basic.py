@@ -74,10 +74,45 @@ def _shard_to_full(ctx: PartitionContext, inst: Instruction) -> PValue:
     return PValue(pv.hlo, inst.shape, full)
 
 
+def _global_to_local(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Shardy's manual-region entry (one or several operands): each operand's local tile
+    in its partitioned sharding is the manual value."""
+    locals_ = []
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+    for op, shape in zip(inst.operands, shapes):
+        pv = ctx.value(op)
+        local = pv.hlo
+        if tuple(local.shape.dims) != tuple(shape.dims):
+            raise PartitionError(f"manual region shard shape {list(shape.dims)} does not match "
+                                 f"the local tile {list(local.shape.dims)}",
+                                 f"instruction {inst.name}")
+        locals_.append(local)
+    hlo = ctx.b.tuple(locals_, name=inst.name) if inst.shape.is_tuple else locals_[0]
+    return PValue(hlo, inst.shape, ctx.sharding_of(inst))
+
+
+def _local_to_global(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Shardy's manual-region exit: manual values become tiles of the global shardings."""
+    parts = [ctx.value(op).hlo for op in inst.operands]
+    hlo = ctx.b.tuple(parts, name=inst.name) if inst.shape.is_tuple else parts[0]
+    return PValue(hlo, inst.shape, ctx.sharding_of(inst))
+
+
+def _identity(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Propagation-only markers: the operand, in the marker's sharding if it has one."""
+    pv = ctx.value(inst.operands[0])
+    return reshard(ctx, pv, inst.sharding) if inst.sharding is not None else pv
+
+
 CUSTOM_CALLS = {
     "Sharding": _sharding_annotation,
     "SPMDFullToShardShape": _full_to_shard,
     "SPMDShardToFullShape": _shard_to_full,
+    # Shardy's round-trip custom-calls (JAX's default export).
+    "xla.sdy.FuncResultSharding": _sharding_annotation,
+    "xla.sdy.PropagationBarrier": _identity,
+    "xla.sdy.GlobalToLocalShape": _global_to_local,
+    "xla.sdy.LocalToGlobalShape": _local_to_global,
 }
 
 
