@@ -1,0 +1,338 @@
+"""Backward rules: the sharding a user implies for one of its operands
+(XLA's ShardingPropagation::GetShardingFromUser).
+
+``BACKWARD_RULES`` maps the *user's* opcode to a function returning the operand's
+candidate sharding (or None); users without a rule pass their sharding through when
+the shapes match (``same_shape_rule``), which covers every elementwise op.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.propagation import gather_scatter as gs
+from hlo_spmd.passes.propagation import graph as g
+from hlo_spmd.passes.propagation import sharding_ops as ops
+from hlo_spmd.passes.propagation.dims import DotDims
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.sharding import HloSharding
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.propagation.engine import Propagator
+
+BackRule = Callable[["Propagator", Instruction, Instruction], "HloSharding | None"]
+sp = ops.is_spatially_partitioned
+
+
+def can_propagate_at_level(inst: Instruction, level: int) -> bool:
+    """CanPropagateThroughAtAggressiveLevel: pass-through ops always, broadcast from
+    level 2, everything else from level 1."""
+    op = g.opcode(inst)
+    if g.is_elementwise(inst) or op in ALWAYS_PASS_THROUGH:
+        return True
+    if op == "broadcast":
+        return level >= 2
+    return level >= 1
+
+
+ALWAYS_PASS_THROUGH = frozenset({
+    "call", "concatenate", "copy", "dynamic-slice", "dynamic-update-slice",
+    "get-tuple-element", "opt-barrier", "reshape", "tuple", "transpose", "while"})
+
+
+def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
+                      level: int) -> HloSharding | None:
+    """GetShardingFromUser."""
+    if not can_propagate_at_level(user, level):
+        return None
+    if not sp(user.sharding):
+        return None
+    rule = BACKWARD_RULES.get(g.opcode(user), same_shape_rule)
+    return rule(p, inst, user)
+
+
+def rule_name(user: Instruction) -> str:
+    """Provenance name of the rule that maps ``user``'s sharding to its operand."""
+    op = g.opcode(user)
+    if op in BACKWARD_RULES:
+        return f"{op}.backward"
+    if g.is_elementwise(user):
+        return "elementwise.backward"
+    return f"{op}.backward(same shape)"
+
+
+def same_shape_rule(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if ops.shapes_compatible(inst.shape, user.shape):
+        return user.sharding
+    return None
+
+
+def _index(user: Instruction, inst: Instruction) -> int:
+    for i, op in enumerate(user.operands):
+        if op is inst:
+            return i
+    raise ValueError(f"{inst.name} is not an operand of {user.name}")
+
+
+def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    """InferBroadcastOperandSharding: replicate the new dims, then drop them."""
+    s = user.sharding
+    if s.is_replicated or s.is_manual:
+        return s
+    if not s.is_tiled:
+        return s
+    dims = list(user.attrs.dimensions)
+    new_dims = [i for i in range(user.shape.rank) if i not in dims]
+    return ops.remove_shape_dims(ops.partial_replicate(s, new_dims), new_dims)
+
+
+def concatenate(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if p.level == 0:
+        return None
+    return user.sharding
+
+
+def convolution(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    dnums = p.dot_dims(user)
+    if dnums.conv_spatial:
+        return None
+    return dot_operand(p, user, _index(user, inst), dnums)
+
+
+def dot(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return dot_operand(p, user, _index(user, inst), p.dot_dims(user))
+
+
+def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
+                dnums: DotDims) -> HloSharding:
+    """InferDotOperandSharding: from the output (other side's free dims replicated),
+    merged with what the other operand implies through batch / contracting dims."""
+    out_rep_dims = [d.output for d in (dnums.rhs_non_contracting if k == 0
+                                       else dnums.lhs_non_contracting)]
+    other_rep_dims = [(d.rhs if k == 0 else d.lhs) for d in (dnums.rhs_non_contracting if k == 0
+                                                              else dnums.lhs_non_contracting)]
+    out_rep_dims += [d.output for d in dnums.contracting if d.output >= 0]
+    own_free = dnums.lhs_non_contracting if k == 0 else dnums.rhs_non_contracting
+    other_rep_dims += [(d.rhs if k == 0 else d.lhs) for d in own_free
+                       if (d.rhs if k == 0 else d.lhs) >= 0]
+    op_rank = dnums.lhs_rank if k == 0 else dnums.rhs_rank
+    other_rank = dnums.rhs_rank if k == 0 else dnums.lhs_rank
+
+    def mine(d) -> int:
+        return d.lhs if k == 0 else d.rhs
+
+    def theirs(d) -> int:
+        return d.rhs if k == 0 else d.lhs
+
+    sharding = HloSharding.replicate()
+    if dot_inst.sharding is not None:
+        rep = ops.partial_replicate(dot_inst.sharding, out_rep_dims)
+        out_to_op = [-1] * dnums.output_rank
+        op_to_out = [-1] * op_rank
+        for d in list(dnums.batch) + list(own_free):
+            out_to_op[d.output] = mine(d)
+            op_to_out[mine(d)] = d.output
+        t = ops.transpose_with_collapsed_dims(rep, out_to_op, op_to_out)
+        if t is not None:
+            sharding = t
+    other = dot_inst.operands[1 - k]
+    if sp(other.sharding):
+        rep = ops.partial_replicate(other.sharding, other_rep_dims)
+        other_to_op = [-1] * other_rank
+        op_to_other = [-1] * op_rank
+        for d in list(dnums.batch) + list(dnums.contracting):
+            other_to_op[theirs(d)] = mine(d)
+            op_to_other[mine(d)] = theirs(d)
+        from_other = ops.transpose_with_collapsed_dims(rep, other_to_op, op_to_other)
+        if from_other is not None:
+            ok, merged = ops.merge_sharding(sharding, from_other, p.may_combine)
+            if ok:
+                sharding = merged
+    return sharding
+
+
+def dynamic_slicing(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if p.level == 0:
+        return None
+    s = user.sharding
+    if s.is_replicated:
+        return s
+    if g.opcode(user) == "dynamic-update-slice" and user.operands[0] is inst:
+        return s
+    operand = user.operands[0] if g.opcode(user) == "dynamic-slice" else user.operands[1]
+    if inst is not operand:
+        return None
+    sliced = [i for i in range(user.shape.rank) if user.shape.dims[i] != operand.shape.dims[i]]
+    return ops.partial_replicate(s, sliced)
+
+
+def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    n = len(user.operands) // 2
+    if not any(o is inst for o in user.operands[:n]):
+        return None
+    if user.shape.is_tuple:
+        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+    return user.sharding
+
+
+def reshape(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return ops.propagate_through_reshape(user.shape.dims, inst.shape.dims, user.sharding)
+
+
+def pad(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return user.sharding if user.operands[0] is inst else None
+
+
+def slice_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return user.sharding
+
+
+def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    dims = list(user.attrs.dimensions)
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return ops.transpose(user.sharding, inverse)
+
+
+def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    s = user.sharding
+    best = ops.sub_sharding(s, user.shape, _index(user, inst))
+    for i, op in enumerate(user.operands):
+        if op is inst:
+            alt = ops.sub_sharding(s, user.shape, i)
+            if ops.more_specific(alt, best):
+                best = alt
+    return best
+
+
+def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    shape = inst.shape
+    start, _ = ops.leaf_range(shape, user.tuple_index)
+    us = user.sharding
+
+    def base(like: HloSharding) -> HloSharding:
+        if inst.sharding is not None:
+            return inst.sharding
+        leaves = [ops.replicate_all_data_dims(like, leaf.rank) for _, leaf in shape.leaves()]
+        return HloSharding.tuple(leaves)
+
+    if not user.shape.is_tuple:
+        new = list(base(us).tuple_elements)
+        new[start] = us
+        return HloSharding.tuple(new)
+    if not us.tuple_elements:
+        return None
+    new = list(base(us.tuple_elements[0]).tuple_elements)
+    for i, e in enumerate(us.tuple_elements):
+        new[start + i] = e
+    return HloSharding.tuple(new)
+
+
+def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if inst.shape.rank == 0:
+        return None
+    us = ops.sub_sharding(user.sharding, user.shape, _index(user, inst)) \
+        if user.shape.is_tuple else user.sharding
+    if us.is_tiled:
+        dims = list(user.attrs.dimensions)
+        ta = us.tile_assignment
+        n = inst.shape.rank + (1 if us.replicate_on_last_tile_dim else 0) + len(us.subgroup_types)
+        target, nxt = [], 0
+        for i in range(n):
+            if i in dims:
+                target.append(1)
+            else:
+                target.append(ta.dims[nxt])
+                nxt += 1
+        us = ops.rebuild(us, ta.reshape(target))
+    n_in = len(user.operands) // 2
+    for op in user.operands[:n_in]:
+        if op is not inst and op.sharding is not None:
+            merged = ops.merge_if_compatible(op.sharding, us)
+            if merged is not None:
+                us = merged
+    return us
+
+
+def sort(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if user.sharding.is_tuple:
+        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+    return user.sharding
+
+
+def reverse(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return ops.reverse(user.sharding, list(user.attrs.dimensions))
+
+
+def outfeed(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if user.operands[0] is not inst:
+        return None
+    operands_shape = Shape.tuple_of([o.shape for o in user.operands])
+    return ops.sub_sharding(ops.normalize_tuple(user.sharding, operands_shape), operands_shape, 0)
+
+
+def gather(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    if user.operands[1] is inst:
+        return gs.gather_index_from_output(user.sharding, user)
+    return gs.gather_operand_from_output(user.sharding, user, p.graph.callers)
+
+
+def scatter(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    operands = gs.scatter_operands(user)
+    for i, op in enumerate(operands):
+        if op is inst:
+            return ops.sub_sharding(user.sharding, user.shape, i) if user.sharding.is_tuple \
+                else user.sharding
+    idx = gs.scatter_indices(user)
+    updates = gs.scatter_updates(user)
+    if inst is idx:
+        parted = [u for u in updates if sp(u.sharding)]
+        if not parted:
+            return None
+        return ops.find_common_sharding([gs.scatter_index_from_update(u.sharding, user)
+                                         for u in parted])
+    k = next(i for i, u in enumerate(updates) if u is inst)
+    from_indices = gs.scatter_update_from_index(idx.sharding, user) if sp(idx.sharding) \
+        else HloSharding.replicate()
+    out = ops.sub_sharding(user.sharding, user.shape, k) if user.sharding.is_tuple \
+        else user.sharding
+    from_output = gs.scatter_update_from_output(out, user, p.graph.callers)
+    if from_output is not None:
+        if not from_output.is_manual and not from_indices.is_manual:
+            merged = ops.merge_if_compatible(from_indices, from_output)
+            if merged is not None:
+                from_output = merged
+        if not from_output.is_tile_maximal:
+            return from_output
+    if not from_indices.is_tile_maximal:
+        return from_indices
+    return None
+
+
+def custom_call(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    return same_shape_rule(p, inst, user)
+
+
+BACKWARD_RULES: dict[str, BackRule] = {
+    "broadcast": broadcast,
+    "concatenate": concatenate,
+    "convolution": convolution,
+    "dynamic-slice": dynamic_slicing,
+    "dynamic-update-slice": dynamic_slicing,
+    "reduce-window": reduce_window,
+    "reshape": reshape,
+    "pad": pad,
+    "slice": slice_,
+    "transpose": transpose,
+    "tuple": tuple_,
+    "get-tuple-element": get_tuple_element,
+    "dot": dot,
+    "reduce": reduce,
+    "sort": sort,
+    "reverse": reverse,
+    "outfeed": outfeed,
+    "gather": gather,
+    "scatter": scatter,
+    "custom-call": custom_call,
+}

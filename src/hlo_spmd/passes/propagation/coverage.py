@@ -1,0 +1,54 @@
+"""Which rule handles each opcode, forward and backward (for reports and tests).
+
+Mirrors the dispatch in ``engine.Propagator`` so that ``rule_coverage()`` answers "what
+does propagation do with opcode X" without running it.
+"""
+from __future__ import annotations
+
+from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE
+from hlo_spmd.passes.propagation.backward import ALWAYS_PASS_THROUGH, BACKWARD_RULES
+from hlo_spmd.passes.propagation.engine import SPATIAL_OPCODES
+from hlo_spmd.passes.propagation.forward import FORWARD_RULES
+from hlo_spmd.passes.propagation.graph import ALIASES
+
+ELEMENTWISE_LIKE = ELEMENTWISE | {"rng"}
+
+
+CONTROL_FLOW = {
+    "call": "callee root <-> call result (computation sync); call operand -> parameter",
+    "conditional": "branch roots <-> conditional result (computation sync)",
+}
+NO_OPERANDS = frozenset({"constant", "iota", "infeed"})
+
+
+def forward_rule(opcode: str) -> str:
+    """How an instruction with ``opcode`` gets a sharding from its operands."""
+    op = ALIASES.get(opcode, opcode)
+    if op in CONTROL_FLOW:
+        return CONTROL_FLOW[op]
+    if op in NO_OPERANDS:
+        return "no operands: from users only"
+    if op in FORWARD_RULES and op != "custom-call":
+        rule = FORWARD_RULES[op].__name__
+        return rule + (" + computation sync" if op in ("while", "parameter") else "")
+    if op in ELEMENTWISE_LIKE:
+        return "elementwise (default_rule)"
+    if op in SPATIAL_OPCODES:
+        return "representative operand (default_rule)"
+    if op == "custom-call":
+        return "Sharding: copy; passthrough targets: operand 0; others: none (unsupported)"
+    return "unsupported: follows a replicated operand only (unsupported_rule)"
+
+
+def backward_rule(opcode: str) -> str:
+    """How an instruction's sharding propagates to an operand when it is the user."""
+    op = ALIASES.get(opcode, opcode)
+    gate = "always" if op in ALWAYS_PASS_THROUGH or op in ELEMENTWISE_LIKE else (
+        "level>=2" if op == "broadcast" else "level>=1")
+    name = BACKWARD_RULES[op].__name__ if op in BACKWARD_RULES else "same_shape_rule"
+    return f"{name} ({gate})"
+
+
+def rule_coverage() -> dict[str, tuple[str, str]]:
+    """opcode -> (forward rule, backward rule) for every opcode the IR knows."""
+    return {op: (forward_rule(op), backward_rule(op)) for op in sorted(ALL_OPCODES)}

@@ -1,0 +1,530 @@
+"""The propagation driver: XLA's ShardingPropagation::Run / RunToFixPoint.
+
+Per aggressiveness level 0..3 (then once more at 3): iterate every computation in
+module order, a forward pass over XLA's post order (shardings from operands) then a
+backward pass in reverse (shardings from users), until an iteration changes nothing.
+An instruction is re-inferred only when a neighbour changed since it was last
+inferred (XLA's ``already_inferred_from_*`` caches), so later iterations touch only
+the frontier.  User annotations are fixed (only their open dims may be refined);
+while / conditional / call keep their computations' parameters and roots in sync;
+``shard_as`` / ``shard_like`` group members take shardings from each other first in
+every iteration, and ``shard_as`` groups are aligned before the last level-3 run.
+"""
+from __future__ import annotations
+
+from hlo_spmd.annotations import parse_unspecified_dims
+from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+from hlo_spmd.passes.propagation import backward as bw
+from hlo_spmd.passes.propagation import forward as fw
+from hlo_spmd.passes.propagation import graph as g
+from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import shard_groups as sg
+from hlo_spmd.passes.propagation import sharding_ops as ops
+from hlo_spmd.passes.propagation import unspecified as unspec
+from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
+from hlo_spmd.passes.propagation.graph import Graph
+from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.sharding import HloSharding
+
+LEVELS = (0, 1, 2, 3, 3)
+LOOKAHEAD_LEVEL = 1 << 62
+
+# SupportSpatialPartitioning: opcodes the SPMD partitioner can split.
+SPATIAL_OPCODES = frozenset({
+    "broadcast", "concatenate", "conditional", "constant", "convolution", "opt-barrier", "dot",
+    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
+    "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
+    "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce",
+    "collective-permute", "reduce-scatter", "reverse"})
+# Ops that own computations whose parameters and roots mirror them.
+CONTROL_FLOW = ("while", "conditional", "call")
+
+
+class Propagator:
+    """State of one propagation run over a module (shardings live on the instructions)."""
+
+    def __init__(self, module: Module, graph: Graph, recorder: pv.Recorder, *,
+                 to_output: bool, to_params: bool, annotations=None) -> None:
+        self.module = module
+        self.graph = graph
+        self.rec = recorder
+        self.to_output = to_output
+        self.to_params = to_params
+        # Open dims the annotation report knows (Shardy attributes), by instruction name.
+        self.report_open_dims: dict[str, tuple[int, ...]] = {
+            r.name: tuple(r.unspecified_dims)
+            for r in getattr(annotations, "records", ()) if r.unspecified_dims}
+        self.level = 0
+        self.direction = "forward"
+        self.provided: set[int] = set()
+        self.unspecified: dict[int, tuple[int, ...]] = {}
+        self.iterations = 0
+        self.level_iterations: list[int] = []
+        self._dims_cache: dict[int, DotDims] = {}
+        self.groups = sg.ShardGroups()
+
+    def dot_dims(self, inst: Instruction) -> DotDims:
+        """The dot dimension numbers of a dot or convolution (cached for the run)."""
+        d = self._dims_cache.get(id(inst))
+        if d is None:
+            d = parse_dot(inst) if inst.opcode == "dot" else parse_conv(inst)
+            self._dims_cache[id(inst)] = d
+        return d
+
+    # -- sharding updates with provenance ----------------------------------------------------
+    @property
+    def may_combine(self) -> bool:
+        return self.level > 0
+
+    def verdict(self, inst: Instruction, cand: HloSharding, allow: bool = False) -> Verdict:
+        if cand.is_tuple and not inst.shape.is_tuple:
+            return Verdict(None, pv.INCOMPATIBLE)
+        cand = ops.normalize_tuple(cand, inst.shape)
+        return improved(cand, inst.sharding, inst.shape, self.may_combine, allow)
+
+    def set(self, inst: Instruction, sharding: HloSharding, rule: str,
+            sources: tuple[Instruction, ...] = (), direction: str | None = None) -> None:
+        sharding = ops.normalize_tuple(sharding, inst.shape)
+        inst.sharding = sharding
+        self.rec.accept(inst.name, sharding, rule, direction or self.direction,
+                        tuple(s.name for s in sources))
+
+    def reject(self, inst: Instruction, cand: HloSharding, rule: str,
+               sources: tuple[Instruction, ...], reason: str) -> None:
+        self.rec.reject(inst.name, cand, rule, tuple(s.name for s in sources), reason)
+
+    def improve(self, inst: Instruction, cand: HloSharding, rule: str,
+                sources: tuple[Instruction, ...], allow: bool = False) -> bool:
+        """MaybeImproveInstructionSharding: adopt ``cand`` if it improves ``inst``."""
+        v = self.verdict(inst, cand, allow)
+        if v.sharding is None:
+            if v.reason is not SAME:
+                self.reject(inst, cand, rule, sources, v.reason)
+            return False
+        self.set(inst, v.sharding, rule, sources)
+        return True
+
+    def improve_sub(self, inst: Instruction, cand: HloSharding, index: int, rule: str,
+                    sources: tuple[Instruction, ...], allow: bool = False) -> bool:
+        """MaybeImproveInstructionSubSharding (tuple element ``index``)."""
+        new = improved_sub(cand, inst.sharding, inst.shape, index, self.may_combine, allow)
+        if new is None:
+            self.reject(inst, cand, rule, sources, pv.NOT_FINER)
+            return False
+        self.set(inst, new, rule, sources)
+        return True
+
+    # -- what can be sharded ------------------------------------------------------------------
+    def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
+        """SupportSpatialPartitioning."""
+        if (self.graph.is_root(inst) and self.graph.owner(inst) is None
+                and not (inst is self.graph.entry_root and to_output)):
+            return False
+        if g.is_elementwise(inst):
+            return True
+        op = g.opcode(inst)
+        if op in SPATIAL_OPCODES:
+            return True
+        if op == "parameter":
+            return to_params or self.graph.owner(inst) is not None
+        if inst.opcode == "custom-call":
+            return g.is_passthrough_custom_call(inst)
+        return False
+
+    # -- forward / backward inference ---------------------------------------------------------
+    def infer_from_operands(self, inst: Instruction) -> bool:
+        """InferShardingFromOperands."""
+        if not bw.can_propagate_at_level(inst, self.level):
+            return False
+        s = inst.sharding
+        if s is not None and s.is_manual:
+            return False
+        op = g.opcode(inst)
+        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
+        if (s is None or s.is_tile_maximal) and (
+                inst.shape.is_array or op in ("reduce", "sort", "reduce-window") or tuple_cc):
+            for o in inst.operands:
+                if o.sharding is None or not o.sharding.is_manual:
+                    continue
+                if g.is_custom_call(inst, g.SHARD_TO_FULL):
+                    return False
+                if self.level == 0 and op in ("concatenate", "dynamic-slice"):
+                    return False
+                manual = ops.normalize_tuple(HloSharding.manual(), inst.shape)
+                self.set(inst, manual, "manual.forward", (o,), direction="manual")
+                return True
+        if not self.supports_spatial(inst, self.to_output, False):
+            return fw.unsupported_rule(self, inst)
+        return fw.FORWARD_RULES.get(op, fw.default_rule)(self, inst)
+
+    def infer_from_users(self, inst: Instruction) -> bool:
+        """InferShardingFromUsers."""
+        op = g.opcode(inst)
+        if self.level < 2 and op == "broadcast":
+            return False
+        s = inst.sharding
+        if s is not None and s.is_manual:
+            return False
+        users = self.graph.users_of(inst)
+        if s is None or s.is_tile_maximal:
+            for user in users:
+                if user.sharding is None or g.is_custom_call(user, g.FULL_TO_SHARD):
+                    continue
+                if inst.shape.is_array and user.sharding.is_manual:
+                    self.set(inst, HloSharding.manual(), "manual.backward", (user,),
+                             direction="manual")
+                    return True
+                us = bw.operand_from_user(self, inst, user, self.level)
+                if us is not None and us.is_manual:
+                    self.set(inst, us, "manual.backward", (user,), direction="manual")
+                    return True
+        if not self.supports_spatial(inst, False, self.to_params):
+            return False
+        changed = False
+        for user in users:
+            if g.opcode(user) == "rng-bit-generator":
+                rep = ops.single_tuple(inst.shape, HloSharding.replicate())
+                if inst.sharding != rep:
+                    self.set(inst, rep, "rng-bit-generator.backward", (user,))
+                    return True
+                return False
+            us = bw.operand_from_user(self, inst, user, self.level)
+            if us is not None:
+                if us.is_tuple != inst.shape.is_tuple:
+                    us = ops.normalize_tuple(us, inst.shape)
+                    if us.is_tuple != inst.shape.is_tuple:
+                        continue
+                changed |= self.improve(inst, us, bw.rule_name(user), (user,))
+        return changed
+
+    def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
+        """LookaheadUserSharding: follow a single-user chain to the first sharded user and
+        map its sharding back to ``inst`` (used to order a dot's operand shardings)."""
+        users = self.graph.users_of(inst)
+        if len(users) != 1:
+            return None
+        cur = users[0]
+        chain = [inst, cur]
+        while cur.sharding is None:
+            nxt = self.graph.users_of(cur)
+            if len(nxt) != 1:
+                return None
+            cur = nxt[0]
+            chain.append(cur)
+        saved_level = self.level
+        self.level = LOOKAHEAD_LEVEL
+        result: HloSharding | None = None
+        try:
+            for i in range(len(chain) - 1, 0, -1):
+                result = bw.operand_from_user(self, chain[i - 1], chain[i], self.level)
+                if result is not None and i != 1:
+                    chain[i - 1].sharding = result
+                    continue
+                break
+        finally:
+            self.level = saved_level
+            for mid in chain[1:-1]:
+                mid.sharding = None
+        return result
+
+    # -- control flow ---------------------------------------------------------------------------
+    def related(self, inst: Instruction) -> list[Instruction]:
+        """GetRelatedInstructions: values that must share ``inst``'s sharding."""
+        op = inst.opcode
+        if op == "while":
+            cond, body = _while_parts(inst)
+            return [inst, body.root, body.parameters[0], cond.parameters[0]]
+        if op == "conditional":
+            return [inst] + [c.root for c in inst.called_computations]
+        if op == "call":
+            return [inst, inst.called_computations[0].root]
+        if op == "parameter":
+            owner = self.graph.owner(inst)
+            if owner is not None and owner.opcode == "conditional":
+                for i, c in enumerate(owner.called_computations):
+                    if c is inst.parent:
+                        return [inst, owner.operands[i + 1]]
+            if owner is not None and owner.opcode == "call":
+                return [inst, owner.operands[inst.parameter_number]]
+        return []
+
+    def computation_propagation(self, inst: Instruction, changed: list[Instruction]) -> None:
+        """MaybeComputationPropagation: copy ``inst``'s sharding to its related values."""
+        def propagate_to(search: Instruction) -> None:
+            related = self.related(search)
+            if not any(r is inst for r in related):
+                return
+            for r in related:
+                if id(r) in self.provided:
+                    continue
+                if r.sharding is None or r.sharding != inst.sharding:
+                    self.set(r, inst.sharding, "computation.sync", (inst,), direction="computation")
+                    if not any(c is r for c in changed):
+                        changed.append(r)
+                    self.computation_propagation(r, changed)
+
+        if inst.opcode in CONTROL_FLOW or inst.opcode == "custom-call":
+            propagate_to(inst)
+        if inst.opcode == "parameter" or self.graph.is_root(inst):
+            owner = self.graph.owner(inst)
+            if owner is not None:
+                propagate_to(owner)
+                if inst.opcode == "parameter" and owner.opcode in ("conditional", "call"):
+                    propagate_to(inst)
+
+    # -- setup ----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Sharding custom-calls, computation map, fixed shardings (XLA's Run prologue)."""
+        self.rec.level = self.rec.iteration = -1
+        for inst in self.graph.instructions():
+            if inst.sharding is not None and inst.shape.is_tuple and not inst.sharding.is_tuple:
+                inst.sharding = ops.normalize_tuple(inst.sharding, inst.shape)
+            if inst.sharding is not None:
+                self.rec.accept(inst.name, inst.sharding, "annotation", "user", ())
+        self._process_sharding_custom_calls()
+        for comp in self.graph.computations:
+            for inst in comp.instructions:
+                if inst.opcode not in CONTROL_FLOW:
+                    continue
+                related = self.related(inst)
+                first = next((r for r in related if r.sharding is not None), None)
+                if first is not None:
+                    for r in related:
+                        if r is not first and r.sharding != first.sharding:
+                            self.set(r, first.sharding, "computation.sync(initial)", (first,),
+                                     direction="computation")
+                if inst.opcode == "while":
+                    cond, body = _while_parts(inst)
+                    self.graph.computation_map[id(body)] = inst
+                    self.graph.computation_map[id(cond)] = inst
+                else:
+                    for c in inst.called_computations:
+                        self.graph.computation_map[id(c)] = inst
+        entry = self.module.entry
+        root = self.graph.entry_root
+        for inst in self.graph.instructions():
+            s = inst.sharding
+            if (s is not None and inst is not root and inst.opcode != "parameter"
+                    and not s.is_unknown):
+                self.provided.add(id(inst))
+        if root is not None and not self.to_output and (root.sharding is None
+                                                         or not root.sharding.is_unknown):
+            self.provided.add(id(root))
+        if not self.to_params and entry is not None:
+            for param in entry.parameters:
+                if param.sharding is not None and not param.sharding.is_unknown:
+                    self.provided.add(id(param))
+        for inst in self.graph.instructions():
+            if inst.sharding is not None and _is_unknown(inst.sharding):
+                inst.sharding = _unknown_to_replicated(inst.sharding)
+
+    def _process_sharding_custom_calls(self) -> None:
+        """ProcessShardingInstruction: open dims are recorded; a fully specified
+        annotation also shards its (unsharded) operand; shard groups are collected."""
+        for comp in self.graph.computations:
+            for inst in reversed(self.graph.post_orders[comp.name]):
+                if not g.is_custom_call(inst, g.SHARDING) or inst.sharding is None:
+                    spec = sg.group_spec(inst.sharding)
+                    if spec is not None:
+                        self.groups.add(inst, *spec)
+                        inst.sharding = sg.strip_group(inst.sharding)
+                    continue
+                original = inst.sharding
+                spec = sg.group_spec(original)
+                operand = inst.operands[0]
+                transparent = False
+                if spec is not None:
+                    if original.is_unknown and operand.opcode != "parameter":
+                        # XLA hands the group to the operand and removes the custom-call;
+                        # here it stays, as an unannotated copy.
+                        base = operand.sharding or HloSharding.unknown()
+                        operand.sharding = sg.with_group(base, original)
+                        transparent = True
+                    else:
+                        self.groups.add(inst, *spec)
+                        inst.sharding = sg.strip_group(original)
+                try:
+                    dims = parse_unspecified_dims(inst.attrs.backend_config)
+                except HloSpmdError:
+                    dims = ()
+                if not dims:
+                    # Open dims known only from a Shardy attribute.
+                    dims = self.report_open_dims.get(inst.name, ())
+                if dims:
+                    self.unspecified[id(inst)] = tuple(sorted(dims))
+                elif operand.sharding is None:
+                    self.set(operand, inst.sharding, "sharding-custom-call.operand",
+                             (inst,), direction="preprocess")
+                if transparent:
+                    inst.sharding = None
+
+    # -- the fixpoint ---------------------------------------------------------------------------
+    def run_to_fix_point(self, level: int) -> None:
+        """RunToFixPoint at one aggressiveness level."""
+        self.level = level
+        self.rec.level = level
+        done_ops: set[int] = set()
+        done_users: set[int] = set()
+        done_group: set[int] = set()
+        graph = self.graph
+
+        def clear_cache(hlo: Instruction, hlo_for_users: Instruction | None = None) -> None:
+            for o in hlo.operands:
+                done_users.discard(id(o))
+            for user in graph.users_of(hlo_for_users or hlo):
+                done_ops.discard(id(user))
+                for c in user.called_computations:
+                    for prm in c.parameters:
+                        done_ops.discard(id(prm))
+            group = self.groups.group_of(hlo)
+            if group is not None:
+                for m in group:
+                    if m is not hlo:
+                        done_group.discard(id(m))
+
+        def after_change(inst: Instruction) -> None:
+            changed: list[Instruction] = []
+            self.computation_propagation(inst, changed)
+            clear_cache(inst)
+            for h in changed:
+                clear_cache(h)
+
+        iterations = 0
+        changed_last = True
+        while changed_last:
+            changed_last = False
+            self.rec.iteration = self.iterations
+            for comp in graph.computations:
+                order = graph.post_orders[comp.name]
+                if self.groups:
+                    self.direction = "shard-group"
+                    for inst in order:
+                        key = id(inst)
+                        group = self.groups.group_of(inst)
+                        if key in done_group or group is None:
+                            continue
+                        if key in self.provided:
+                            if self.may_combine and key in self.unspecified and \
+                                    sg.refine_open_dims_from_group(self, inst,
+                                                                   self.unspecified[key], group):
+                                clear_cache(inst)
+                                done_group.add(key)
+                                changed_last = True
+                            continue
+                        done_group.add(key)
+                        if sg.infer_from_group(self, inst, group):
+                            after_change(inst)
+                            changed_last = True
+                self.direction = "forward"
+                for inst in order:
+                    key = id(inst)
+                    if key in done_ops:
+                        continue
+                    if key in self.provided:
+                        if not self.may_combine or key not in self.unspecified:
+                            continue
+                        ok, conv = unspec.from_operand(self, inst, self.unspecified[key])
+                        if ok:
+                            clear_cache(inst, conv)
+                            done_ops.add(key)
+                            changed_last = True
+                        continue
+                    done_ops.add(key)
+                    if self.infer_from_operands(inst):
+                        after_change(inst)
+                        changed_last = True
+                self.direction = "backward"
+                for inst in reversed(order):
+                    key = id(inst)
+                    if (g.is_custom_call(inst, g.FULL_TO_SHARD)
+                            or g.is_custom_call(inst, g.SHARD_TO_FULL)) and key not in done_users:
+                        done_users.discard(id(inst.operands[0]))
+                    if key in done_users:
+                        continue
+                    if key in self.provided:
+                        if not self.may_combine or key not in self.unspecified:
+                            continue
+                        ok, conv = unspec.from_users(self, inst, self.unspecified[key], level)
+                        if ok:
+                            clear_cache(inst, conv)
+                            done_users.add(key)
+                            if conv is not None:
+                                done_users.add(id(conv))
+                            changed_last = True
+                        continue
+                    done_users.add(key)
+                    if self.infer_from_users(inst):
+                        after_change(inst)
+                        changed_last = True
+            self.iterations += 1
+            iterations += 1
+        self.level_iterations.append(iterations)
+
+    def run(self) -> None:
+        self.setup()
+        for level in LEVELS[:-1]:
+            self.run_to_fix_point(level)
+        if self.groups:
+            sg.align_shard_as(self, self.groups)
+        self.run_to_fix_point(LEVELS[-1])
+        self.finish()
+
+    # -- epilogue -------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Uneven parameter / output shardings become replicated (when they were allowed to
+        change); every value still unsharded gets XLA's partitioner default, replicated."""
+        self.rec.level, self.rec.iteration = -1, self.iterations
+        root = self.graph.entry_root
+        entry = self.module.entry
+        if self.to_output and root is not None and root.sharding is not None:
+            self._replicate_uneven(root, "output")
+        if self.to_params and entry is not None:
+            for param in entry.parameters:
+                if param.sharding is not None:
+                    self._replicate_uneven(param, "parameter")
+        for inst in self.graph.instructions():
+            if inst.sharding is not None:
+                if id(inst) not in self.provided and inst.sharding.metadata:
+                    inst.sharding = inst.sharding.without_metadata()
+                continue
+            if inst.shape.is_token:
+                continue
+            default = ops.single_tuple(inst.shape, HloSharding.replicate())
+            inst.sharding = default
+            self.rec.accept(inst.name, default, "default.replicated", "default", ())
+
+    def _replicate_uneven(self, inst: Instruction, what: str) -> None:
+        s = inst.sharding
+        assert s is not None
+        if s.is_tuple and inst.shape.is_tuple:
+            leaves = [leaf for _, leaf in inst.shape.leaves()]
+            new = [e if ops.evenly_partitions(l, e) else HloSharding.replicate()
+                   for l, e in zip(leaves, s.tuple_elements)]
+            fixed = HloSharding.tuple(new)
+        else:
+            fixed = s if ops.evenly_partitions(inst.shape, s) else HloSharding.replicate()
+        if fixed != s:
+            self.set(inst, fixed, f"{what}.replicate_uneven", (), direction="default")
+
+
+def _while_parts(inst: Instruction):
+    """(condition, body) of a while: XLA stores the body first, the condition second."""
+    comps = inst.called_computations
+    if len(comps) != 2:
+        raise HloSpmdError(f"while {inst.name} does not call a body and a condition")
+    return comps[1], comps[0]
+
+
+def _is_unknown(s: HloSharding) -> bool:
+    if s.is_tuple:
+        return any(e.is_unknown for e in s.tuple_elements)
+    return s.is_unknown
+
+
+def _unknown_to_replicated(s: HloSharding) -> HloSharding:
+    if s.is_tuple:
+        return HloSharding.tuple([HloSharding.replicate() if e.is_unknown else e
+                                  for e in s.tuple_elements])
+    return HloSharding.replicate()

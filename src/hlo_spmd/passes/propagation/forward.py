@@ -1,0 +1,556 @@
+"""Forward rules: an instruction's sharding from its operands (InferShardingFromOperands).
+
+``FORWARD_RULES`` maps an opcode to its rule; every elementwise opcode (and anything
+without a rule of its own) shares ``default_rule``.  A rule offers candidates through
+``p.improve(...)`` (which applies XLA's "strictly finer, compatible" test and records
+provenance) and returns True if the instruction's sharding changed.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.passes.propagation import gather_scatter as gs
+from hlo_spmd.passes.propagation import graph as g
+from hlo_spmd.passes.propagation import sharding_ops as ops
+from hlo_spmd.passes.propagation.dims import DotDims, conv_kernel_is_small, window_has
+from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.sharding import HloSharding
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.propagation.engine import Propagator
+
+Rule = Callable[["Propagator", Instruction], bool]
+sp = ops.is_spatially_partitioned
+
+# PickRepresentativeOperand: opcodes whose result follows operand 0 (when it is sharded).
+FIRST_OPERAND = frozenset({
+    "map", "pad", "power", "opt-barrier", "ragged-all-to-all", "reverse", "slice", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical"})
+# ... and opcodes whose result may follow any operand: the most specific one wins.
+BEST_OPERAND_EXTRA = frozenset({
+    "concatenate", "all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+    "collective-broadcast", "collective-permute", "topk", "sort", "while"})
+
+
+def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | None:
+    """PickRepresentativeOperand."""
+    op = g.opcode(inst)
+    if op in FIRST_OPERAND:
+        first = inst.operands[0]
+        return first if first.sharding is not None else None
+    if inst.opcode == "custom-call" and op != "copy":
+        return inst.operands[0] if g.is_passthrough_custom_call(inst) else None
+    if g.is_elementwise(inst) or op in BEST_OPERAND_EXTRA:
+        best = None
+        for operand in inst.operands:
+            s = operand.sharding
+            if s is not None and (best is None or ops.more_specific(s, best.sharding)):
+                best = operand
+        return best
+    return None
+
+
+def _nru1(p: "Propagator", inst: Instruction) -> bool:
+    return p.graph.non_root_users(inst) == 1
+
+
+def _maybe_tuple(inst: Instruction, s: HloSharding) -> HloSharding:
+    return ops.single_tuple(inst.shape, s)
+
+
+# -- generic -------------------------------------------------------------------------------
+
+def default_rule(p: "Propagator", inst: Instruction) -> bool:
+    """Elementwise ops take every sharded operand in turn (from level 1); everything
+    else follows its representative operand."""
+    if g.is_elementwise(inst) and p.may_combine:
+        changed = False
+        single = len(inst.operands) == 1 and _nru1(p, inst)
+        for k, op in enumerate(inst.operands):
+            if not sp(op.sharding):
+                continue
+            if g.opcode(inst) == "rng":
+                cand = ops.replicate_all_data_dims(op.sharding, inst.shape.rank)
+                changed |= p.improve(inst, cand, "rng.forward", (op,), _nru1(p, inst))
+                continue
+            changed |= p.improve(inst, op.sharding, "elementwise.forward", (op,), single)
+        return changed
+    op = pick_representative(p, inst)
+    if op is None or not sp(op.sharding):
+        return False
+    rule = "elementwise.forward" if g.is_elementwise(inst) else f"{g.opcode(inst)}.forward"
+    return p.improve(inst, op.sharding, rule, (op,), _nru1(p, inst))
+
+
+def unsupported_rule(p: "Propagator", inst: Instruction) -> bool:
+    """An op the partitioner cannot split follows a replicated operand (array results only)."""
+    if (inst.shape.is_tuple or not inst.operands or p.graph.is_root(inst)
+            or g.has_side_effect(inst)):
+        return False
+    for op in inst.operands:
+        s = op.sharding
+        if s is not None and not s.is_tuple and s.is_tile_maximal and s.unique_device is None:
+            return p.improve(inst, s, "unsupported.follow_replicated_operand", (op,))
+    return False
+
+
+# -- tuples and control flow ------------------------------------------------------------------
+
+def get_tuple_element(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if not sp(op.sharding):
+        return False
+    new = ops.sub_sharding(op.sharding, op.shape, inst.tuple_index)
+    if new.is_manual:
+        p.set(inst, new, "get-tuple-element.forward(manual)", (op,))
+        return True
+    return p.improve(inst, new, "get-tuple-element.forward", (op,), _nru1(p, inst))
+
+
+def tuple_rule(p: "Propagator", inst: Instruction) -> bool:
+    if not any(sp(op.sharding) for op in inst.operands):
+        return False
+    had = inst.sharding is not None
+    subs = list(inst.sharding.tuple_elements) if had else \
+        [HloSharding.replicate()] * ops.required_leaves(inst.shape)
+    sources: list[Instruction] = []
+    idx = 0
+    for op in inst.operands:
+        n = ops.leaf_count(op.shape)
+        s = op.sharding
+        if s is not None:
+            leaves = list(s.tuple_elements) if op.shape.is_tuple else [_output_sharding(op)]
+            for j in range(min(n, len(leaves))):
+                if not had or ops.more_specific(leaves[j], subs[idx + j]):
+                    if subs[idx + j] != leaves[j] and op not in sources:
+                        sources.append(op)
+                    subs[idx + j] = leaves[j]
+        idx += n
+    new = HloSharding.tuple(subs)
+    if inst.sharding is None or new != inst.sharding:
+        p.set(inst, new, "tuple.forward", tuple(sources))
+        return True
+    return False
+
+
+def _output_sharding(op: Instruction) -> HloSharding:
+    s = op.sharding
+    assert s is not None
+    if g.opcode(op) == "outfeed" and s.is_tuple:
+        return s.tuple_elements[-1]
+    return s
+
+
+def while_rule(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if op.sharding is None:
+        return False
+    s = op.sharding
+    if inst.sharding is not None:
+        _, s = ops.merge_sharding(inst.sharding, s, p.may_combine)
+    return p.improve(inst, s, "while.forward(init)", (op,))
+
+
+def parameter(p: "Propagator", inst: Instruction) -> bool:
+    owner = p.graph.owner(inst)
+    if owner is None:
+        return False
+    if owner.opcode == "conditional":
+        for i, comp in enumerate(owner.called_computations):
+            if comp is inst.parent:
+                arg = owner.operands[i + 1]
+                if arg.sharding is not None:
+                    return p.improve(inst, arg.sharding, "conditional.branch_parameter", (arg,))
+                return False
+        return False
+    if owner.opcode == "call":
+        arg = owner.operands[inst.parameter_number]
+        if arg.sharding is not None:
+            return p.improve(inst, arg.sharding, "call.parameter", (arg,))
+    return False
+
+
+# -- shape-changing ops -------------------------------------------------------------------
+
+def broadcast(p: "Propagator", inst: Instruction) -> bool:
+    if p.level < 3:
+        return False
+    op = inst.operands[0]
+    s = op.sharding
+    if not sp(s) or s.is_replicated or not s.is_tiled:
+        return False
+    dims = list(inst.attrs.dimensions)
+    ta = s.tile_assignment
+    target = [ta.dims[dims.index(i)] if i in dims else 1 for i in range(inst.shape.rank)]
+    target += list(ta.dims[ops.data_rank(s):])
+    cand = ops.rebuild(s, ta.reshape(target))
+    return p.improve(inst, cand, "broadcast.forward", (op,), _nru1(p, inst))
+
+
+def reduce(p: "Propagator", inst: Instruction) -> bool:
+    """InferReduceShardingFromOperand: drop the reduced dims (replicating them first)."""
+    n = len(inst.operands) // 2
+    dims = list(inst.attrs.dimensions)
+    changed = False
+    aggressive = _nru1(p, inst)
+    for i, op in enumerate(inst.operands[:n]):
+        s = op.sharding
+        if not sp(s):
+            continue
+        if s.is_manual:
+            changed |= p.improve_sub(inst, s, i, "reduce.forward(manual)", (op,), aggressive)
+            continue
+        if s.is_replicated:
+            cand = _maybe_tuple(inst, ops.replicate_all_data_dims(s))
+            changed |= p.improve(inst, cand, "reduce.forward", (op,), aggressive)
+            continue
+        after = ops.partial_replicate(s, dims)
+        if after.is_replicated:
+            changed |= p.improve(inst, _maybe_tuple(inst, after), "reduce.forward", (op,),
+                                 aggressive)
+            continue
+        cand = _maybe_tuple(inst, ops.remove_shape_dims(after, dims))
+        changed |= p.improve(inst, cand, "reduce.forward", (op,), aggressive)
+    return changed
+
+
+def concatenate(p: "Propagator", inst: Instruction) -> bool:
+    op = pick_representative(p, inst)
+    if op is None or not sp(op.sharding):
+        return False
+    if p.level == 0:
+        cdim = int(inst.attrs.dimensions[0])
+        for o in inst.operands:
+            s = o.sharding
+            if not (sp(s) and s.num_tiles > 1 and o.opcode == "reshape"
+                    and o.operands[0].opcode in ("parameter", "get-tuple-element")):
+                return False
+            if s.is_tiled and ops.tile_dims(s)[cdim] > 1:
+                return False
+    return p.improve(inst, op.sharding, "concatenate.forward", (op,), _nru1(p, inst))
+
+
+def transpose(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if not sp(op.sharding):
+        return False
+    cand = ops.transpose(op.sharding, list(inst.attrs.dimensions))
+    return p.improve(inst, cand, "transpose.forward", (op,), _nru1(p, inst))
+
+
+def reshape(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if not sp(op.sharding):
+        return False
+    cand = ops.propagate_through_reshape(op.shape.dims, inst.shape.dims, op.sharding)
+    return p.improve(inst, cand, "reshape.forward", (op,), _nru1(p, inst))
+
+
+def reverse(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if not sp(op.sharding):
+        return False
+    cand = ops.reverse(op.sharding, list(inst.attrs.dimensions))
+    return p.improve(inst, cand, "reverse.forward", (op,), _nru1(p, inst))
+
+
+def reduce_window(p: "Propagator", inst: Instruction) -> bool:
+    if window_has(inst, "any"):
+        return False
+    n = len(inst.operands) // 2
+    changed = False
+    for op in inst.operands[:n]:
+        if not sp(op.sharding):
+            continue
+        changed |= p.improve(inst, _maybe_tuple(inst, op.sharding), "reduce-window.forward",
+                             (op,), _nru1(p, inst))
+    return changed
+
+
+def select_and_scatter(p: "Propagator", inst: Instruction) -> bool:
+    op = inst.operands[0]
+    if not sp(op.sharding) or window_has(inst, "base"):
+        return False
+    return p.improve(inst, op.sharding, "select-and-scatter.forward", (op,), _nru1(p, inst))
+
+
+def sort(p: "Propagator", inst: Instruction) -> bool:
+    op = pick_representative(p, inst)
+    if op is None or not sp(op.sharding):
+        return False
+    s = op.sharding
+    sort_dim = int(inst.attrs.dimensions[0]) if inst.attrs.dimensions else 0
+    if s.is_tiled and ops.tile_dims(s)[sort_dim] != 1 and \
+            _first_target_dim_to_move(op.shape.dims, s, sort_dim) is None:
+        return False
+    return p.improve(inst, _maybe_tuple(inst, s), "sort.forward", (op,), _nru1(p, inst))
+
+
+def _first_target_dim_to_move(dims: tuple[int, ...], s: HloSharding, source: int) -> int | None:
+    """GetFirstTargetDimToMoveShardingTiles: a dim that can absorb ``source``'s tiles."""
+    if len(dims) < 2 or dims[source] == 1 or not s.is_tiled:
+        return None
+    t = ops.tile_dims(s)
+    if t[source] == 1:
+        return None
+    for d in range(len(dims)):
+        if d != source and dims[d] % (t[source] * t[d]) == 0:
+            return d
+    return None
+
+
+def _slice_operand_rule(p: "Propagator", inst: Instruction, op: Instruction, rule: str) -> bool:
+    """InferDynamicUpdateSliceShardingFromOperand1: replicate the sliced dims."""
+    if not sp(op.sharding) or op.sharding.is_manual:
+        return False
+    sliced = [i for i in range(inst.shape.rank) if inst.shape.dims[i] != op.shape.dims[i]]
+    cand = ops.partial_replicate(op.sharding, sliced)
+    return p.improve(inst, cand, rule, (op,), _nru1(p, inst))
+
+
+def dynamic_slice(p: "Propagator", inst: Instruction) -> bool:
+    return _slice_operand_rule(p, inst, inst.operands[0], "dynamic-slice.forward")
+
+
+def dynamic_update_slice(p: "Propagator", inst: Instruction) -> bool:
+    changed = _slice_operand_rule(p, inst, inst.operands[1], "dynamic-update-slice.from_update")
+    base = inst.operands[0]
+    if sp(base.sharding):
+        changed |= p.improve(inst, base.sharding, "dynamic-update-slice.from_base", (base,))
+    return changed
+
+
+# -- dot / convolution ----------------------------------------------------------------------
+
+def _dot_from_operand(inst: Instruction, dnums: DotDims, k: int) -> HloSharding | None:
+    """The output sharding operand ``k`` implies: its batch / free dims carry over."""
+    op = inst.operands[k]
+    s = op.sharding
+    assert s is not None
+    if s.is_tile_maximal:
+        return s
+    contracting = [d.lhs if k == 0 else d.rhs for d in dnums.contracting]
+    other_free = dnums.rhs_non_contracting if k == 0 else dnums.lhs_non_contracting
+    contracting += [d.lhs if k == 0 else d.rhs for d in other_free
+                    if (d.lhs if k == 0 else d.rhs) >= 0]
+    rep = ops.partial_replicate(s, contracting)
+    out_to_op = [-1] * dnums.output_rank
+    op_to_out = [-1] * op.shape.rank
+    own_free = dnums.lhs_non_contracting if k == 0 else dnums.rhs_non_contracting
+    for d in list(dnums.batch) + list(own_free):
+        od = d.lhs if k == 0 else d.rhs
+        out_to_op[d.output] = od
+        op_to_out[od] = d.output
+    return ops.transpose_with_collapsed_dims(rep, op_to_out, out_to_op)
+
+
+def infer_dot(p: "Propagator", inst: Instruction, dnums: DotDims, name: str) -> bool:
+    """InferDotShardingFromOperands: both operands' shardings, the larger (or the one
+    the next user agrees with) first, the other merged in when compatible."""
+    cands: list[HloSharding | None] = [None, None]
+    for k in (0, 1):
+        op = inst.operands[k]
+        if not sp(op.sharding):
+            continue
+        c = _dot_from_operand(inst, dnums, k)
+        if c is None:
+            continue
+        v = p.verdict(inst, c)
+        if v.sharding is None and c != inst.sharding:
+            p.reject(inst, c, f"{name}.from_{'lhs' if k == 0 else 'rhs'}", (op,), v.reason)
+        cands[k] = v.sharding
+    lhs, rhs = inst.operands
+    labels = ("lhs", "rhs")
+    if cands[0] is None and cands[1] is None:
+        return False
+    if cands[1] is None or cands[0] is None:
+        k = 0 if cands[1] is None else 1
+        p.set(inst, cands[k], f"{name}.from_{labels[k]}", (inst.operands[k],))
+        return True
+    order = [0, 1]
+    decided = False
+    look = p.lookahead_user_sharding(inst)
+    if look is not None:
+        sub0 = ops.is_subtiling_or_equal(inst.shape.dims, look, cands[0])
+        sub1 = ops.is_subtiling_or_equal(inst.shape.dims, look, cands[1])
+        if sub0 and not sub1:
+            decided = True
+        elif sub1 and not sub0:
+            order = [1, 0]
+            decided = True
+    if not decided and _byte_size(lhs) < _byte_size(rhs):
+        order = [1, 0]
+    first, second = order
+    p.set(inst, cands[first], f"{name}.from_{labels[first]}", (inst.operands[first],))
+    primary = cands[first]
+    v = p.verdict(inst, cands[second])
+    if v.sharding is not None:
+        rule = f"{name}.merge({labels[first]}, {labels[second]})"
+        p.set(inst, v.sharding, rule, (inst.operands[first], inst.operands[second]))
+    elif cands[second] != primary:
+        p.reject(inst, cands[second], f"{name}.from_{labels[second]}",
+                 (inst.operands[second],), pv.LOWER_PRIORITY + f" ({v.reason})")
+    return True
+
+
+def _byte_size(inst: Instruction) -> int:
+    """ShapeUtil::ByteSizeOf of an array: sub-byte types take a whole byte each."""
+    return inst.shape.num_elements * max(1, (bit_width(inst.shape.element_type) + 7) // 8)
+
+
+def dot(p: "Propagator", inst: Instruction) -> bool:
+    return infer_dot(p, inst, p.dot_dims(inst), "dot")
+
+
+def convolution(p: "Propagator", inst: Instruction) -> bool:
+    dnums = p.dot_dims(inst)
+
+    def spatial_parts(op: Instruction, k: int) -> int:
+        s = op.sharding
+        if s is None or s.is_tile_maximal or not s.is_tiled:
+            return 1
+        t = ops.tile_dims(s)
+        out = 1
+        for d in dnums.conv_spatial:
+            out *= t[d.lhs if k == 0 else d.rhs]
+        return out
+
+    lhs, _ = inst.operands
+    if not dnums.conv_spatial or (
+            spatial_parts(inst.operands[0], 0) == 1 and spatial_parts(inst.operands[1], 1) == 1
+            and (inst.attrs.batch_group_count or 1) == 1
+            and (inst.attrs.feature_group_count or 1) == 1):
+        return infer_dot(p, inst, dnums, "convolution(dot)")
+    s = lhs.sharding
+    if not sp(s):
+        return False
+    if s.is_tile_maximal:
+        return p.improve(inst, s, "convolution.from_lhs", (lhs,))
+    if not s.is_tiled:
+        return False
+    cd = inst.attrs.convolution_dimension_numbers
+    if conv_kernel_is_small(inst):
+        if ops.tile_dims(s)[cd.input_feature_dimension] > 1:
+            return False
+        out_to_lhs = [0] * inst.shape.rank
+        out_to_lhs[cd.output_batch_dimension] = cd.input_batch_dimension
+        out_to_lhs[cd.output_feature_dimension] = cd.input_feature_dimension
+        for i, o in zip(cd.input_spatial_dimensions, cd.output_spatial_dimensions):
+            out_to_lhs[o] = i
+        cand = ops.transpose(s, out_to_lhs)
+        return p.improve(inst, cand, "convolution.from_lhs(small kernel)", (lhs,))
+    cand = ops.partial_replicate_all_except(s, [cd.input_batch_dimension])
+    return p.improve(inst, cand, "convolution.from_lhs(large kernel: batch only)", (lhs,))
+
+
+# -- gather / scatter -------------------------------------------------------------------------
+
+def _gather_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bool:
+    changed = False
+    op, idx = inst.operands[0], inst.operands[1]
+    if sp(op.sharding):
+        cand = ops.propagate_along(op.sharding, dims.operand, dims.output, inst.shape.rank)
+        changed |= p.improve(inst, cand, f"gather.{label}(operand)", (op,))
+    if sp(idx.sharding):
+        cand = ops.propagate_along(idx.sharding, dims.indices, dims.output, inst.shape.rank)
+        changed |= p.improve(inst, cand, f"gather.{label}(indices)", (idx,))
+    return changed
+
+
+def gather(p: "Propagator", inst: Instruction) -> bool:
+    changed = False
+    explicit = gs.gather_explicit_batch_dims(inst)
+    if explicit is not None:
+        changed |= _gather_parallel(p, inst, explicit, "batch_dims")
+    op, idx = inst.operands[0], inst.operands[1]
+    if sp(idx.sharding):
+        cand = gs.gather_output_from_index(idx.sharding, inst)
+        changed |= p.improve(inst, cand, "gather.from_indices", (idx,))
+    parallel = gs.gather_parallel_dims(inst, p.graph.callers)
+    if parallel is not None:
+        changed |= _gather_parallel(p, inst, parallel, "parallel_dims")
+    if sp(op.sharding):
+        filtered = ops.partial_replicate(op.sharding, parallel.operand if parallel else [])
+        cand = gs.gather_output_from_operand_passthrough(filtered, inst)
+        if cand is not None:
+            changed |= p.improve(inst, cand, "gather.from_operand(passthrough)", (op,))
+    return changed
+
+
+def _scatter_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bool:
+    n = gs.scatter_count(inst)
+    shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
+    rank = shape.rank
+    changed = False
+    for i, op in enumerate(gs.scatter_operands(inst)):
+        if sp(op.sharding):
+            cand = ops.propagate_along(op.sharding, dims.operand, dims.operand, rank)
+            changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(operand)", (op,))
+    idx = gs.scatter_indices(inst)
+    if sp(idx.sharding):
+        cand = ops.propagate_along(idx.sharding, dims.indices, dims.operand, rank)
+        for i in range(n):
+            changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(indices)", (idx,))
+    for i, upd in enumerate(gs.scatter_updates(inst)):
+        if sp(upd.sharding):
+            cand = ops.propagate_along(upd.sharding, dims.output, dims.operand, rank)
+            changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(updates)", (upd,))
+    return changed
+
+
+def scatter(p: "Propagator", inst: Instruction) -> bool:
+    changed = False
+    explicit = gs.scatter_explicit_batch_dims(inst)
+    if explicit is not None:
+        changed |= _scatter_parallel(p, inst, explicit, "batch_dims")
+    for i, op in enumerate(gs.scatter_operands(inst)):
+        if sp(op.sharding):
+            changed |= p.improve_sub(inst, op.sharding, i, "scatter.from_operand", (op,))
+    idx = gs.scatter_indices(inst)
+    updates = gs.scatter_updates(inst)
+    if not sp(idx.sharding) and not any(sp(u.sharding) for u in updates):
+        return changed
+    parallel = gs.scatter_parallel_dims(inst, p.graph.callers)
+    if parallel is not None:
+        changed |= _scatter_parallel(p, inst, parallel, "parallel_dims")
+    for i, upd in enumerate(updates):
+        if sp(upd.sharding):
+            cand = gs.scatter_output_from_update(upd.sharding, inst)
+            if cand is not None:
+                changed |= p.improve_sub(inst, cand, i, "scatter.from_updates(passthrough)",
+                                         (upd,))
+    return changed
+
+
+def custom_call(p: "Propagator", inst: Instruction) -> bool:
+    op = pick_representative(p, inst)
+    if op is None or not sp(op.sharding):
+        return False
+    return p.improve(inst, op.sharding, f"custom-call[{inst.custom_call_target}].passthrough",
+                     (op,), _nru1(p, inst))
+
+
+FORWARD_RULES: dict[str, Rule] = {
+    "get-tuple-element": get_tuple_element,
+    "tuple": tuple_rule,
+    "reduce": reduce,
+    "broadcast": broadcast,
+    "concatenate": concatenate,
+    "convolution": convolution,
+    "transpose": transpose,
+    "reduce-window": reduce_window,
+    "select-and-scatter": select_and_scatter,
+    "reshape": reshape,
+    "reverse": reverse,
+    "dot": dot,
+    "parameter": parameter,
+    "sort": sort,
+    "dynamic-slice": dynamic_slice,
+    "dynamic-update-slice": dynamic_update_slice,
+    "gather": gather,
+    "scatter": scatter,
+    "while": while_rule,
+    "custom-call": custom_call,
+}

@@ -1,0 +1,178 @@
+"""The module as propagation sees it: XLA's post order, users, callers, opcode classes.
+
+Everything here is computed once per ``propagate`` call (the graph does not change
+while shardings move), in deterministic orders: instructions in XLA's
+MakeInstructionPostOrder order, users in program order, computations in module order.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from hlo_spmd.ir.computation import Computation
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import ELEMENTWISE
+from hlo_spmd.ir.primitive_types import bit_width
+
+# Spellings other parts of the IR have used for the same opcodes.
+ALIASES = {"top-k": "topk", "optimization-barrier": "opt-barrier", "cos": "cosine",
+           "sin": "sine", "clz": "count-leading-zeros"}
+
+SHARDING = "Sharding"
+FULL_TO_SHARD = "SPMDFullToShardShape"
+SHARD_TO_FULL = "SPMDShardToFullShape"
+# IsPassthroughCustomOps: custom-calls whose result is sharded like their operand.
+PASSTHROUGH_ALWAYS = frozenset({"Sharding", "X64Combine", "LayoutConstraint"})
+PASSTHROUGH_SAME_RANK = frozenset({
+    "ResizeNearest", "ResizeBilinear", "ResizeNearestGrad", "ResizeBilinearGrad", "Cholesky",
+    "MoveToHost", "MoveToDevice", "PinToDevice", "PinToDeviceSram",
+    "annotate_device_placement"})
+SIDE_EFFECT_OPCODES = frozenset({
+    "send", "send-done", "recv", "recv-done", "rng", "rng-get-and-update-state", "infeed",
+    "outfeed", "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",
+    "collective-permute-start", "collective-permute-done"})
+
+
+def opcode(inst: Instruction) -> str:
+    """The opcode propagation reasons about.
+
+    A ``Sharding`` custom-call is a ``copy`` (XLA replaces it by one before
+    propagating); old spellings map to XLA's.
+    """
+    op = inst.opcode
+    if op == "custom-call" and inst.custom_call_target == SHARDING:
+        return "copy"
+    return ALIASES.get(op, op)
+
+
+def is_custom_call(inst: Instruction, target: str) -> bool:
+    return inst.opcode == "custom-call" and inst.custom_call_target == target
+
+
+def is_elementwise(inst: Instruction) -> bool:
+    """HloInstruction::IsElementwise (rng included; bitcast-convert only same width)."""
+    op = opcode(inst)
+    if op == "bitcast-convert":
+        src = inst.operands[0].shape
+        return bit_width(src.element_type) == bit_width(inst.shape.element_type)
+    return op in ELEMENTWISE or op == "rng"
+
+
+def has_side_effect(inst: Instruction) -> bool:
+    if inst.opcode == "custom-call":
+        return bool(inst.attrs.custom_call_has_side_effect)
+    return opcode(inst) in SIDE_EFFECT_OPCODES
+
+
+def is_passthrough_custom_call(inst: Instruction) -> bool:
+    """IsPassthroughCustomOps."""
+    if inst.opcode != "custom-call":
+        return False
+    target = inst.custom_call_target
+    if target in PASSTHROUGH_ALWAYS:
+        return True
+    if (len(inst.operands) != 1 or inst.shape.is_tuple or inst.operands[0].shape.is_tuple
+            or inst.operands[0].shape.rank != inst.shape.rank):
+        return False
+    return target in PASSTHROUGH_SAME_RANK
+
+
+def post_order(comp: Computation) -> list[Instruction]:
+    """XLA's MakeInstructionPostOrder: DFS from each user-less instruction in list order,
+    first operand first, control predecessors before operands."""
+    insts = _list_order(comp)
+    has_users: set[int] = set()
+    for inst in insts:
+        for op in inst.operands:
+            has_users.add(id(op))
+    state: dict[int, int] = {}
+    order: list[Instruction] = []
+    for start in insts:
+        if id(start) in has_users:
+            continue
+        _dfs(start, state, order)
+    for inst in insts:  # unreachable cycles / stragglers (never in valid HLO)
+        if id(inst) not in state:
+            _dfs(inst, state, order)
+    return order
+
+
+def _dfs(root: Instruction, state: dict[int, int], order: list[Instruction]) -> None:
+    stack = [root] if state.get(id(root)) != 2 else []
+    while stack:
+        cur = stack[-1]
+        st = state.get(id(cur), 0)
+        if st == 0:
+            state[id(cur)] = 1
+        else:
+            stack.pop()
+            if st == 1:
+                state[id(cur)] = 2
+                order.append(cur)
+            continue
+        for op in reversed(cur.operands):
+            if state.get(id(op)) != 2:
+                stack.append(op)
+        for op in cur.control_predecessors:
+            if state.get(id(op)) != 2:
+                stack.append(op)
+
+
+def _list_order(comp: Computation) -> list[Instruction]:
+    insts = list(comp.instructions)
+    if insts and all(i.id >= 0 for i in insts):
+        return sorted(insts, key=lambda i: i.id)
+    return insts
+
+
+class Graph:
+    """Precomputed structure of a module for one propagation run."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.computations: list[Computation] = list(module.computations)
+        self.post_orders: dict[str, list[Instruction]] = {}
+        self.users: dict[int, list[Instruction]] = {}
+        self.callers_of: dict[int, list[Instruction]] = {}
+        for comp in self.computations:
+            order = post_order(comp)
+            self.post_orders[comp.name] = order
+            for inst in _list_order(comp):
+                self.users.setdefault(id(inst), [])
+                seen: set[int] = set()
+                for op in inst.operands:
+                    if id(op) not in seen:
+                        seen.add(id(op))
+                        self.users.setdefault(id(op), []).append(inst)
+                for callee in inst.called_computations:
+                    self.callers_of.setdefault(id(callee), []).append(inst)
+        entry = module.entry
+        self.entry_root = entry.root if entry is not None else None
+        # computation -> the while / conditional / call instruction that owns it
+        # (the last one in module order wins, as in XLA's map).
+        self.computation_map: dict[int, Instruction] = {}
+
+    def instructions(self) -> Iterable[Instruction]:
+        for comp in self.computations:
+            yield from self.post_orders[comp.name]
+
+    def users_of(self, inst: Instruction) -> list[Instruction]:
+        return self.users.get(id(inst), [])
+
+    def callers(self, comp: object) -> list[Instruction]:
+        return self.callers_of.get(id(comp), [])
+
+    def non_root_users(self, inst: Instruction) -> int:
+        """ComputeNonRootUsers: users other than the computation's root."""
+        users = self.users_of(inst)
+        root = inst.parent.root if inst.parent is not None else None
+        return len(users) - sum(1 for u in users if u is root)
+
+    def is_root(self, inst: Instruction) -> bool:
+        return inst.parent is not None and inst.parent.root is inst
+
+    def owner(self, inst: Instruction) -> Instruction | None:
+        """The while/conditional/call whose computation ``inst`` lives in."""
+        if inst.parent is None:
+            return None
+        return self.computation_map.get(id(inst.parent))

@@ -1,0 +1,60 @@
+"""When a candidate sharding replaces an instruction's current one (XLA's
+ReturnImprovedShardingImpl): never coarser, never incompatible, manual only over
+tile-maximal; partial shardings may combine into a strictly finer one."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import sharding_ops as ops
+from hlo_spmd.sharding import HloSharding
+
+
+SAME = "same as current"
+
+
+class Verdict(NamedTuple):
+    sharding: HloSharding | None   # the sharding to adopt, None to keep the current one
+    reason: str                    # why not (when sharding is None)
+
+
+def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
+             may_combine_partial: bool, allow_aggressive: bool = False) -> Verdict:
+    """The sharding to adopt given ``candidate`` (ReturnImprovedShardingImpl)."""
+    if current is not None and candidate == current:
+        return Verdict(None, SAME)
+    if current is not None and ops.strictly_better(candidate, current):
+        return Verdict(candidate, "")
+    if not ops.is_spatially_partitioned(candidate):
+        return Verdict(None, pv.TILE_MAXIMAL)
+    if current is None:
+        return Verdict(candidate, "")
+    if candidate.is_manual:
+        return Verdict(None, pv.MANUAL)
+    if candidate.is_tuple != current.is_tuple:
+        return Verdict(None, pv.INCOMPATIBLE)
+    tiles = None if candidate.is_tuple else candidate.num_tiles
+    ok, merged = ops.merge_sharding(current, candidate, may_combine_partial)
+    if not ok:
+        return Verdict(None, pv.NOT_FINER)
+    if (not allow_aggressive and not shape.is_tuple and not current.is_tile_maximal
+            and not current.is_tuple and merged.num_tiles == tiles):
+        if not ops.is_subtiling_or_equal(shape.dims, merged, current):
+            return Verdict(None, pv.INCOMPATIBLE)
+    return Verdict(merged, "")
+
+
+def improved_sub(candidate: HloSharding, current: HloSharding | None, shape: Shape, index: int,
+                 may_combine_partial: bool, allow_aggressive: bool = False) -> HloSharding | None:
+    """ReturnImprovedSubSharding + the tuple rebuild of MaybeImproveInstructionSubSharding:
+    the whole new sharding of a tuple-shaped instruction, or None."""
+    if not shape.is_tuple:
+        return improved(candidate, current, shape, may_combine_partial, allow_aggressive).sharding
+    sub_shape = shape.tuple_shapes[index]
+    cur_sub = None if current is None else ops.sub_sharding(current, shape, index)
+    v = improved(candidate, cur_sub, sub_shape, may_combine_partial, allow_aggressive)
+    if v.sharding is None:
+        return None
+    base = current if current is not None else ops.single_tuple(shape, HloSharding.replicate())
+    return ops.with_sub_sharding(base, shape, index, v.sharding)
