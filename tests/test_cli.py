@@ -181,17 +181,17 @@ def test_partition_device_count_mismatch(tmp_path):
 
 
 def test_verify_catches_a_wrong_program(tmp_path):
-    """A partitioned module with one collective's result corrupted must fail verification."""
+    """A partitioned module with one dot's result corrupted must fail verification."""
     from hlo_spmd.ir.builder import Builder
     from hlo_spmd.ir.io import load_module, save_module
 
     out = tmp_path / "p.pb"
     assert run("partition", os.path.join(FIX, "mlp_dp.pb"), "-o", str(out)).exit_code == 0
     m = load_module(out)
-    g = next(i for i in m.instructions() if i.opcode == "all-gather")
+    g = next(i for i in m.entry.instructions if i.opcode == "dot")
     comp = g.parent
     users = [u for u in comp.instructions if g in u.operands]
-    wrong = Builder(comp).add(g, g)  # doubles the gathered activations
+    wrong = Builder(comp).add(g, g)  # doubles the activations
     comp.instructions.remove(wrong)
     comp.instructions.insert(comp.instructions.index(g) + 1, wrong)
     for u in users:

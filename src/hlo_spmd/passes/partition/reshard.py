@@ -5,7 +5,10 @@ Routes (cheapest that applies):
   replicated -> tiled           -> pad (uneven) + dynamic-slice at this device's offset, no traffic
   tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
   maximal -> anything           -> select on the owner + all-reduce, then as replicated
-  anything else                 -> through replicated (correct; special routes in reshard_routes)
+  tiled / partially replicated  -> the cheapest plan of reshard_routes (dynamic-slice,
+    <-> tiled / partially          all-gather, all-to-all, collective-permute and chains
+    replicated                     of them, costed in bytes per device), when it beats:
+  anything else                 -> through replicated (correct for every pair)
 Tuple values reshard per element.
 """
 from __future__ import annotations
@@ -155,3 +158,7 @@ def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
     op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
     out = ctx.f.all_reduce(selected, op, np.arange(n).reshape(1, n))
     return PValue(out, pv.base_shape, HloSharding.replicate())
+
+
+# The routes register themselves in SPECIAL_ROUTES (imported last: they use this module).
+from hlo_spmd.passes.partition import reshard_routes  # noqa: E402,F401

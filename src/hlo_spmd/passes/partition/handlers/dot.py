@@ -1,0 +1,229 @@
+"""The dot handler: GSPMD's einsum partitioning with recursive device grouping.
+
+``handle_dot`` classifies the dims (dot_dims.DotDims), asks the planner (dot_plan) for
+the cheapest strategy by estimated bytes communicated per device, and emits it:
+
+* a base plan reshards both operands to the tiles of one iteration-space sharding, masks
+  the padding of unevenly sharded contracting dims to zero, runs one local dot, and
+  combines partial sums with an all-reduce or a reduce-scatter;
+* a group plan reshards the operands so that device groups hold blocks of the matched
+  dims, masks grouped contracting dims, and recurses inside
+  ``ctx.in_group(ctx.grouping.subgroup(groups))`` on per-group shapes and inner
+  shardings - collectives created there act within every group at once - followed by an
+  all-reduce across groups when the grouped dims were contracting dims.
+
+The result always ends with exactly the instruction's sharding (reshard at the end).
+Manual shardings: fully manual dots run as written; partially manual (manual subgroup)
+dots recurse inside the manual groups.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, DotDims, data_tiles,
+                                                       is_plain, regroup_manual)
+from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Planner,
+                                                       Problem, reduction_groups_of)
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.reshard import pad_to
+from hlo_spmd.sharding import HloSharding, device_offsets, group_by_dims
+
+try:  # the shared masking helpers, when present
+    from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
+except ImportError:  # pragma: no cover - depends on the tree
+    _shared_mask_padding = None
+
+
+# -- entry point ---------------------------------------------------------------------------
+@handles("dot")
+def handle_dot(ctx: PartitionContext, inst: Instruction) -> PValue:
+    if len(inst.operands) != 2:  # sparse dots (metadata operands): whole-value fallback
+        from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+
+        return handle_replicated(ctx, inst)
+    dims = DotDims.of(inst)
+    lhs, rhs = ctx.value(inst.operands[0]), ctx.value(inst.operands[1])
+    target = ctx.sharding_of(inst)
+    return partition_dot(ctx, inst, dims, lhs, rhs, target)
+
+
+def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                  rhs: PValue, target: HloSharding) -> PValue:
+    """``inst`` (a dot with ``dims``) on partitioned operands, with sharding ``target``."""
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    out_shape = inst.shape.with_dims(out_dims) if tuple(inst.shape.dims) != out_dims \
+        else inst.shape
+    if target.is_manual or (lhs.sharding.is_manual and rhs.sharding.is_manual):
+        if not (target.is_manual and lhs.sharding.is_manual and rhs.sharding.is_manual):
+            raise PartitionError("a dot mixes manual and non-manual operands or result",
+                                 f"instruction {inst.name}")
+        return PValue(_local_dot(ctx, inst, lhs.hlo, rhs.hlo), out_shape, target)
+    if any(s.is_tiled and s.subgroup_manual_dim is not None
+           for s in (lhs.sharding, rhs.sharding, target)):
+        return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape)
+    work_target = target if is_plain(target) else HloSharding.replicate()
+    if not is_plain(lhs.sharding):
+        lhs = ctx.reshard(lhs, HloSharding.replicate())
+    if not is_plain(rhs.sharding):
+        rhs = ctx.reshard(rhs, HloSharding.replicate())
+    problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
+                      lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
+                      (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
+    plan = Planner().plan(problem)
+    _record_plan(ctx, inst, plan)
+    out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape)
+    return ctx.reshard(out, target)
+
+
+# -- emission ------------------------------------------------------------------------------
+def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, lhs: PValue,
+              rhs: PValue, out_shape) -> PValue:
+    """Emit ``plan`` for problem ``p``; the result has sharding ``p.out``."""
+    if isinstance(plan, GroupPlan):
+        pv = _emit_group(ctx, inst, plan, p, lhs, rhs, out_shape)
+    else:
+        pv = _emit_base(ctx, inst, plan, p, lhs, rhs, out_shape)
+    return ctx.reshard(pv, p.out)
+
+
+def _emit_base(ctx: PartitionContext, inst: Instruction, plan: BasePlan, p: Problem,
+               lhs: PValue, rhs: PValue, out_shape) -> PValue:
+    d = p.dims
+    l = ctx.reshard(lhs, plan.lhs_t)
+    r = ctx.reshard(rhs, plan.rhs_t)
+    tiles = data_tiles(plan.t, d.iter_rank)
+    sizes = p.iter_sizes
+    lmask, rmask = [], []
+    for j, (ld, rd) in enumerate(d.contracting):
+        k = d.out_rank + j
+        if tiles[k] > 1 and sizes[k] % tiles[k]:
+            lmask.append(ld)
+            rmask.append(rd)
+    l = mask_padding(ctx, l, lmask)
+    r = mask_padding(ctx, r, rmask)
+    x = _local_dot(ctx, inst, l.hlo, r.hlo)
+    if plan.post == "all-reduce":
+        x = ctx.f.all_reduce(x, _adder(x), reduction_groups_of(plan, d))
+    elif plan.post == "reduce-scatter":
+        groups = reduction_groups_of(plan, d)
+        k = groups.shape[1]
+        dim = plan.scatter_dim
+        padded = list(x.shape.dims)
+        padded[dim] = -(-padded[dim] // k) * k
+        x = ctx.f.reduce_scatter(pad_to(ctx, x, padded), dim, _adder(x), groups)
+    return PValue(x, out_shape, plan.result)
+
+
+def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Problem,
+                lhs: PValue, rhs: PValue, out_shape) -> PValue:
+    l = ctx.reshard(lhs, plan.lhs_t)
+    r = ctx.reshard(rhs, plan.rhs_t)
+    if plan.kind == CONTRACTING:
+        # Padding of the grouped contracting dims becomes data inside the groups: zero it.
+        l = mask_padding(ctx, l, list(plan.x_dims[0]))
+        r = mask_padding(ctx, r, list(plan.x_dims[1]))
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(plan.groups))
+    inner = plan.inner
+    li = PValue(l.hlo, l.base_shape.with_dims(inner.lhs_shape), inner.lhs)
+    ri = PValue(r.hlo, r.base_shape.with_dims(inner.rhs_shape), inner.rhs)
+    res = emit_plan(inner_ctx, inst, plan.inner_plan, inner, li, ri,
+                    out_shape.with_dims(inner.out_shape))
+    x = res.hlo
+    if plan.kind == CONTRACTING:
+        x = ctx.f.all_reduce(x, _adder(x), np.ascontiguousarray(plan.groups.T))
+    return PValue(x, out_shape, plan.result)
+
+
+def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                                lhs: PValue, rhs: PValue, target: HloSharding,
+                                out_shape) -> PValue:
+    """Partially manual dot: recurse inside the manual groups (GSPMD 4.4), which operands
+    and result must share; the non-manual rest of the shardings is partitioned there."""
+    ref = next(s for s in (target, lhs.sharding, rhs.sharding)
+               if s.is_tiled and s.subgroup_manual_dim is not None)
+    groups = np.asarray(group_by_dims(ref, [ref.subgroup_manual_dim],
+                                      subgroup_manual=True).device_groups, np.int64)
+    inner = []
+    for s, rank in ((lhs.sharding, dims.lhs_rank), (rhs.sharding, dims.rhs_rank),
+                    (target, dims.out_rank)):
+        g = regroup_manual(s, rank, groups)
+        if g is None:
+            raise PartitionError(f"the dot's operands and result are not in the same manual "
+                                 f"groups ({lhs.sharding}, {rhs.sharding} -> {target})",
+                                 f"instruction {inst.name}")
+        inner.append(g)
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+    res = partition_dot(inner_ctx, inst, dims, lhs.with_hlo(lhs.hlo, inner[0]),
+                        rhs.with_hlo(rhs.hlo, inner[1]), inner[2])
+    return PValue(res.hlo, out_shape, target)
+
+
+def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
+    """Remember the chosen strategy on the report (``report.dot_plans[name]``)."""
+    report = ctx.state.report
+    plans = getattr(report, "dot_plans", None)
+    if plans is None:
+        plans = {}
+        setattr(report, "dot_plans", plans)
+    plans.setdefault(inst.name, plan.describe())
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _local_dot(ctx: PartitionContext, inst: Instruction, l: Instruction,
+               r: Instruction) -> Instruction:
+    from hlo_spmd.ir.shape_inference import array_shape
+
+    return emit_like(ctx, inst, [l, r], array_shape(inst.shape.element_type, ()))
+
+
+def _adder(x: Instruction) -> str:
+    return "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+
+
+def _ebytes_type(et) -> int:
+    return max(1, bit_width(et) // 8)
+
+
+def _ebytes(x: Instruction) -> int:
+    return _ebytes_type(x.shape.element_type)
+
+
+def mask_padding(ctx: PartitionContext, pv: PValue, dims: list[int]) -> PValue:
+    """``pv`` with the padding of its uneven shards on ``dims`` replaced by zeros."""
+    s = pv.sharding
+    if not dims or not s.is_tiled:
+        return pv
+    base = pv.base_shape.dims
+    tiles = s.tile_dims_for_data()
+    dims = [d for d in dims if tiles[d] > 1 and base[d] % tiles[d]]
+    if not dims:
+        return pv
+    if _shared_mask_padding is not None:
+        out = _shared_mask_padding(ctx, pv, dims, 0)
+        return out if isinstance(out, PValue) else pv.with_hlo(out)
+    return pv.with_hlo(_local_mask(ctx, pv, dims))
+
+
+def _local_mask(ctx: PartitionContext, pv: PValue, dims: list[int]) -> Instruction:
+    """Minimal masking (used when masking.py is absent): iota < valid length per dim."""
+    b = ctx.b
+    x = pv.hlo
+    local = list(x.shape.dims)
+    offsets = device_offsets(pv.sharding, pv.base_shape.dims, num_devices=ctx.num_devices)
+    pred = None
+    for d in dims:
+        valid = np.clip(pv.base_shape.dims[d] - offsets[:, d], 0, local[d])
+        limit = b.broadcast(ctx.logical_table(valid), local, [])
+        iota = b.iota(PrimitiveType.S32, local, d)
+        p = b.compare(iota, limit, "LT")
+        pred = p if pred is None else b.binary("and", pred, p)
+    zero = b.broadcast(b.scalar(0, x), local, [])
+    return b.select(pred, x, zero)
+
+
+__all__ = ["handle_dot", "partition_dot", "mask_padding"]

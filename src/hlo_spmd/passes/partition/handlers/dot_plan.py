@@ -1,0 +1,356 @@
+"""Choosing how to partition a dot: candidate strategies and their cost.
+
+Pure planning on shapes and shardings (no instructions are built), so strategies can be
+compared before one is emitted, and recursive (grouped) sub-problems can be planned the
+same way as the top-level one.
+
+Strategies (see dot_dims for the iteration space):
+
+* ``BasePlan(T)``: reshard lhs and rhs to the tiles of an iteration-space sharding ``T``,
+  one local dot; if ``T`` tiles contracting dims the local results are partial sums,
+  combined by an all-reduce over the contracting groups, or by a reduce-scatter that
+  leaves the result tiled on one output dim; finally reshard to the output sharding.
+  Candidates for ``T`` come from the operand and output shardings and their compatible
+  merges, so (a) matched batch / non-contracting dims -> no communication, (b) matched
+  contracting dims -> partial dot + all-reduce / reduce-scatter, (c) one operand matching
+  the output -> gather the other operand, and 2D mixes (Megatron) are all base plans.
+* ``GroupPlan``: GSPMD's recursive grouping (section 4.4). Dims sharded alike on several
+  tensors (batch dims on lhs/rhs/output, a non-contracting dim on one operand and the
+  output, contracting dims on both operands) split the devices into groups; the tensors
+  are (re)sharded so each group holds one block, and the rest of the problem - per-group
+  shapes, inner shardings over group-local ids - is planned recursively. Grouping on
+  contracting dims ends with an all-reduce across groups.
+
+Cost = estimated bytes received per device, then local flops, then a preference for
+grouping (the paper's structure) on exact ties. A reshard costs what the route
+``reshard`` will take costs (reshard_routes' plan: all-gather (f-1)/f, all-to-all
+(g-1)/g, collective-permute 1, slice 0, times the local size), or, when that module
+cannot plan it, the holder-set lower bound (the elements a device must hold afterwards
+and did not hold before). The partial sums cost 2R(k-1)/k for an all-reduce and R(k-1)/k
+for a reduce-scatter over k devices (R = local result bytes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate, shard_bounds
+from hlo_spmd.sharding import merge_compatible as _merge
+from hlo_spmd.passes.partition.handlers.dot_dims import (
+    BATCH, CONTRACTING, LHS_NC, RHS_NC, DotDims, data_tiles, group0_view, is_plain, lift,
+    per_group_dims, project, reduction_groups, regroup, scattered, ungroup_to)
+
+MAX_DEPTH = 3          # grouping levels explored (each at least halves the devices)
+LHS, RHS, OUT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One (sub-)problem: global (or per-group) shapes and shardings over ``n`` devices."""
+    dims: DotDims
+    lhs_shape: tuple[int, ...]
+    rhs_shape: tuple[int, ...]
+    lhs: HloSharding
+    rhs: HloSharding
+    out: HloSharding
+    n: int
+    ebytes: tuple[int, int, int]  # element bytes of lhs, rhs, output
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.dims.out_dims(self.lhs_shape, self.rhs_shape)
+
+    @property
+    def iter_sizes(self) -> tuple[int, ...]:
+        return self.dims.iter_sizes(self.lhs_shape, self.rhs_shape)
+
+    def shape(self, which: int) -> tuple[int, ...]:
+        return (self.lhs_shape, self.rhs_shape, self.out_shape)[which]
+
+    def sharding(self, which: int) -> HloSharding:
+        return (self.lhs, self.rhs, self.out)[which]
+
+    def rank(self, which: int) -> int:
+        return len(self.shape(which))
+
+
+@dataclass(frozen=True, order=True)
+class Cost:
+    bytes: float
+    flops: float = 0.0
+    pref: int = 0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.bytes + other.bytes, self.flops + other.flops, self.pref + other.pref)
+
+
+@dataclass(eq=False)
+class BasePlan:
+    t: HloSharding                 # iteration-space sharding
+    lhs_t: HloSharding
+    rhs_t: HloSharding
+    post: str                      # "none" | "all-reduce" | "reduce-scatter"
+    scatter_dim: int
+    result: HloSharding            # output sharding before the final reshard
+    cost: Cost
+
+    def describe(self) -> str:
+        tail = {"none": "", "all-reduce": " + all-reduce",
+                "reduce-scatter": f" + reduce-scatter(dim {self.scatter_dim})"}[self.post]
+        return f"base(T={self.t}){tail}"
+
+
+@dataclass(eq=False)
+class GroupPlan:
+    kind: str
+    groups: np.ndarray             # [num_groups, group_size] logical ids
+    sizes: tuple[int, ...]
+    x_dims: tuple                  # per tensor (lhs, rhs, out): grouped dims or None
+    lhs_t: HloSharding             # outer targets of the operands
+    rhs_t: HloSharding
+    inner: Problem
+    inner_plan: "Plan"
+    result: HloSharding            # outer output sharding after the cross-group reduction
+    cost: Cost
+
+    def describe(self) -> str:
+        return (f"group({self.kind} x{math.prod(self.sizes)}) -> "
+                f"{self.inner_plan.describe()}")
+
+
+Plan = Union[BasePlan, GroupPlan]
+
+
+@dataclass
+class Planner:
+    memo: dict = field(default_factory=dict)
+    _rb: dict = field(default_factory=dict)
+
+    # -- cost model ----------------------------------------------------------------------
+    def reshard_bytes(self, shape: tuple[int, ...], src: HloSharding, dst: HloSharding,
+                      n: int, ebytes: int) -> float:
+        """Bytes a device receives to go from ``src`` to ``dst`` (max over devices)."""
+        if src == dst:
+            return 0.0
+        key = (shape, src, dst, n, ebytes)
+        hit = self._rb.get(key)
+        if hit is not None:
+            return hit
+        routed = _routed_bytes(shape, src, dst, n, ebytes)
+        if routed is not None:
+            cost = routed
+        elif not (is_plain(src) and is_plain(dst)):
+            cost = float(math.prod(shape) * ebytes)
+        else:
+            bs = shard_bounds(src, shape, n)
+            bd = shard_bounds(dst, shape, n)
+            lo = np.maximum(bs[..., 0], bd[..., 0])
+            hi = np.minimum(bs[..., 1], bd[..., 1])
+            overlap = np.prod(np.clip(hi - lo, 0, None), axis=1)
+            need = np.prod(bd[..., 1] - bd[..., 0], axis=1)
+            cost = float(np.max(need - overlap)) * ebytes if n else 0.0
+        self._rb[key] = cost
+        return cost
+
+    # -- search --------------------------------------------------------------------------
+    def plan(self, p: Problem, depth: int = 0) -> Plan:
+        key = (p, depth)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        best: Plan | None = None
+        for cand in self._base_plans(p):
+            if best is None or cand.cost < best.cost:
+                best = cand
+        if depth < MAX_DEPTH:
+            for cand in self._group_plans(p, depth):
+                if best is None or cand.cost < best.cost:
+                    best = cand
+        assert best is not None
+        self.memo[key] = best
+        return best
+
+    # -- base plans ----------------------------------------------------------------------
+    def _iteration_candidates(self, p: Problem) -> list[HloSharding]:
+        d = p.dims
+        ir = d.iter_rank
+        lifts = [lift(p.sharding(w), d.tensor_iter(w), ir, p.n) for w in (LHS, RHS, OUT)]
+        lhs_l, rhs_l, out_l = lifts
+        cands: list[HloSharding | None] = [HloSharding.replicate(), *lifts]
+
+        def merge(a, b):
+            return _merge(a, b) if a is not None and b is not None else None
+
+        contr = d.kind_iter(CONTRACTING)
+        cands += [merge(lhs_l, rhs_l), merge(lhs_l, out_l), merge(rhs_l, out_l),
+                  merge(merge(lhs_l, rhs_l), out_l)]
+        for x in (lhs_l, rhs_l):
+            if x is not None and not x.is_replicated:
+                cands.append(merge(partial_replicate(x, contr), out_l))
+        seen: list[HloSharding] = []
+        for c in cands:
+            if c is not None and c not in seen and (c.is_replicated or c.num_devices == p.n):
+                seen.append(c)
+        return seen
+
+    def _base_plans(self, p: Problem) -> list[BasePlan]:
+        return [self._base_plan(p, t) for t in self._iteration_candidates(p)]
+
+    def _base_plan(self, p: Problem, t: HloSharding) -> BasePlan:
+        d = p.dims
+        ir, orank = d.iter_rank, d.out_rank
+        lhs_t = project(t, d.lhs_iter, ir)
+        rhs_t = project(t, d.rhs_iter, ir)
+        inbytes = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+                   + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        tiles = data_tiles(t, ir)
+        local = [-(-s // k) for s, k in zip(p.iter_sizes, tiles)]
+        flops = float(math.prod(local))
+        out_local = local[:orank]
+        rbytes = float(math.prod(out_local) * p.ebytes[OUT])
+        contr = d.kind_iter(CONTRACTING)
+        k = math.prod(tiles[c] for c in contr)
+        options: list[tuple[float, str, int, HloSharding]] = []
+        res = project(t, d.out_iter, ir)
+        fin = self.reshard_bytes(p.out_shape, res, p.out, p.n, p.ebytes[OUT])
+        if k == 1:
+            options.append((fin, "none", -1, res))
+        else:
+            options.append((2 * rbytes * (k - 1) / k + fin, "all-reduce", -1, res))
+            for dim in range(orank):
+                size = out_local[dim]
+                if size == 0 or not (tiles[dim] == 1 or size % k == 0):
+                    continue
+                padded = rbytes / size * (-(-size // k) * k)
+                rs = scattered(t, ir, orank, contr, dim)
+                fin_rs = self.reshard_bytes(p.out_shape, rs, p.out, p.n, p.ebytes[OUT])
+                options.append((padded * (k - 1) / k + fin_rs, "reduce-scatter", dim, rs))
+        post_bytes, post, sdim, result = min(options, key=lambda o: o[0])
+        cost = Cost(round(inbytes + post_bytes, 3), flops, 0)
+        return BasePlan(t, lhs_t, rhs_t, post, sdim, result, cost)
+
+    # -- grouping --------------------------------------------------------------------------
+    def _tensor_dims(self, p: Problem, which: int, iters: list[int]) -> tuple[int, ...] | None:
+        ti = p.dims.tensor_iter(which)
+        if not all(k in ti for k in iters):
+            return None
+        return tuple(ti.index(k) for k in iters)
+
+    def _iter_tiles(self, p: Problem, which: int) -> list[int]:
+        tiles = [1] * p.dims.iter_rank
+        s = p.sharding(which)
+        if is_plain(s):
+            for j, k in enumerate(p.dims.tensor_iter(which)):
+                tiles[k] = data_tiles(s, p.rank(which))[j]
+        return tiles
+
+    def _group_candidates(self, p: Problem) -> list[tuple[str, list[int], int]]:
+        d = p.dims
+        tl, tr, to = (self._iter_tiles(p, w) for w in (LHS, RHS, OUT))
+        tt = {LHS: tl, RHS: tr, OUT: to}
+        out: list[tuple[str, list[int], int]] = []
+
+        def matched(kind: str, whos: tuple[int, ...]) -> list[int]:
+            return [k for k in d.kind_iter(kind)
+                    if tt[whos[0]][k] > 1 and all(tt[w][k] == tt[whos[0]][k] for w in whos)]
+
+        for whos in ((OUT, LHS, RHS), (OUT, LHS), (OUT, RHS), (LHS, RHS)):
+            m = matched(BATCH, whos)
+            if m:
+                out.append((BATCH, m, whos[0]))
+        for kind, op in ((LHS_NC, LHS), (RHS_NC, RHS)):
+            m = matched(kind, (OUT, op))
+            if m:
+                out += [(kind, m, OUT), (kind, m, op)]
+        m = matched(CONTRACTING, (LHS, RHS))
+        if m:
+            out += [(CONTRACTING, m, LHS), (CONTRACTING, m, RHS)]
+        return out
+
+    def _group_plans(self, p: Problem, depth: int) -> list[GroupPlan]:
+        plans: list[GroupPlan] = []
+        seen: set = set()
+        for kind, iters, ref in self._group_candidates(p):
+            ref_dims = self._tensor_dims(p, ref, iters)
+            assert ref_dims is not None
+            ref_s = p.sharding(ref)
+            if not is_plain(ref_s) or not ref_s.is_tiled:
+                continue
+            groups = np.asarray(group_by_dims(ref_s, list(ref_dims)).device_groups, np.int64)
+            sizes = tuple(int(data_tiles(ref_s, p.rank(ref))[x]) for x in ref_dims)
+            key = (kind, tuple(iters), groups.tobytes())
+            if key in seen or math.prod(sizes) <= 1:
+                continue
+            seen.add(key)
+            plan = self._group_plan(p, depth, kind, iters, groups, sizes)
+            if plan is not None:
+                plans.append(plan)
+        return plans
+
+    def _group_plan(self, p: Problem, depth: int, kind: str, iters: list[int],
+                    groups: np.ndarray, sizes: tuple[int, ...]) -> GroupPlan | None:
+        x_dims = tuple(self._tensor_dims(p, w, iters) for w in (LHS, RHS, OUT))
+        inner_s: list[HloSharding] = []
+        targets: list[HloSharding] = []
+        for w in (LHS, RHS, OUT):
+            s, rank = p.sharding(w), p.rank(w)
+            exact = regroup(s, rank, groups, x_dims[w], sizes)
+            if exact is not None:
+                inner_s.append(exact)
+                targets.append(s)
+                continue
+            guess = group0_view(s, rank, groups, x_dims[w])
+            inner_s.append(guess)
+            targets.append(ungroup_to(groups, rank, x_dims[w], sizes, guess))
+        align = (self.reshard_bytes(p.lhs_shape, p.lhs, targets[LHS], p.n, p.ebytes[LHS])
+                 + self.reshard_bytes(p.rhs_shape, p.rhs, targets[RHS], p.n, p.ebytes[RHS]))
+        inner = Problem(p.dims, per_group_dims(p.lhs_shape, x_dims[LHS], sizes),
+                        per_group_dims(p.rhs_shape, x_dims[RHS], sizes),
+                        inner_s[LHS], inner_s[RHS], inner_s[OUT], int(groups.shape[1]),
+                        p.ebytes)
+        inner_plan = self.plan(inner, depth + 1)
+        reduce = 0.0
+        if kind == CONTRACTING:
+            ng = int(groups.shape[0])
+            local = _local_dims(inner.out_shape, inner.out)
+            reduce = 2.0 * math.prod(local) * p.ebytes[OUT] * (ng - 1) / ng
+        result = ungroup_to(groups, p.rank(OUT), x_dims[OUT], sizes, inner.out)
+        fin = self.reshard_bytes(p.out_shape, result, p.out, p.n, p.ebytes[OUT])
+        cost = Cost(round(align + reduce + fin, 3), 0.0, -1) + inner_plan.cost
+        return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
+                         inner_plan, result, cost)
+
+
+def _routed_bytes(shape: tuple[int, ...], src: HloSharding, dst: HloSharding, n: int,
+                  ebytes: int) -> float | None:
+    """The cost of the route ``reshard`` will actually take, when the resharding routes
+    (reshard_routes: all-gather / all-to-all / permute / slice chains) can plan it; None
+    otherwise (then the holder-set lower bound is used)."""
+    if not shape or any(int(d) == 0 for d in shape):
+        return None
+    try:
+        from hlo_spmd.passes.partition import reshard_routes as routes
+
+        a = routes.layout_of(src, n, len(shape))
+        b = routes.layout_of(dst, n, len(shape))
+        if a is None or b is None:
+            return None
+        if a.same_as(b):
+            return 0.0
+        best, through = routes.plan_reshard(a, b, shape, float(ebytes))
+        chosen = best if best is not None and best.key() < through.key() else through
+        return float(routes.plan_cost(chosen))
+    except (ImportError, AttributeError):  # routes absent or a different API: estimate
+        return None
+
+
+def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:
+    tiles = data_tiles(s, len(shape))
+    return tuple(-(-d // t) for d, t in zip(shape, tiles))
+
+
+def reduction_groups_of(plan: BasePlan, dims: DotDims) -> np.ndarray:
+    return reduction_groups(plan.t, dims.iter_rank, dims.kind_iter(CONTRACTING))

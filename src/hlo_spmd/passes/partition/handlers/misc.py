@@ -1,0 +1,279 @@
+"""Ops whose partitioning is about semantics more than data layout: random numbers, device
+ids, tokens, barriers, side effects, and collectives already present in the input.
+
+The reference point for every rule here is the input module's meaning: it is ONE logical
+program run as a single partition (what the unpartitioned module computes on one device;
+this is what ``runtime.verify`` compares against). The partitioned program must compute
+the same global values.
+
+* ``rng``: the values are random, but a replicated result must be the SAME on every device.
+  Replicated / maximal results are generated once (the value of logical device 0, or of
+  the maximal owner) and broadcast (select + all-reduce), as XLA does. A tiled result is
+  generated per tile (each device draws its own tile: a valid sample of the whole, no
+  communication).
+* ``rng-bit-generator``: a pure function of its state operand; computed from the
+  replicated state so the bits equal the unpartitioned program's, then cut to the result
+  sharding (deliberately replicated; not reported as a fallback).
+* ``partition-id``: in the single logical program there is one partition, so every use
+  sees 0; the partitioned program emits the constant ``u32[] 0`` (NOT the device's
+  partition id, which would make the value differ between devices and from the original).
+  Inside a manual region (sharding ``{manual}`` or a manual subgroup) the program is
+  per-device by definition and the real ``partition-id`` is kept.
+* ``replica-id``: partitioning does not change the replica count, so the instruction is
+  kept as is (0 on a single-replica run, as in the original).
+* ``after-all`` / ``add-dependency`` / tokens: tokens carry no data; they are re-created
+  on the local operands (one per program, so ordering is kept on every device).
+* ``opt-barrier``: a tuple pass-through; the operand is resharded to the barrier's
+  per-element shardings and the barrier emitted on the local tuple.
+* collectives in the input (all-reduce, all-gather, reduce-scatter, all-to-all,
+  collective-permute, collective-broadcast): outside manual regions they act over the one
+  logical partition (a group of one), which is the identity -- the operand resharded to
+  the result sharding; a collective-permute whose pairs do not send device 0 to itself
+  yields zeros. A collective whose groups need more than one participant has no
+  single-program meaning and is an error. Inside manual regions the collective is the
+  user's per-device code and is kept as written (with a fresh channel id).
+* ``infeed`` / ``outfeed`` / side-effecting custom-calls: replicated semantics (every
+  device performs the effect on whole values, as XLA does for replicated side effects);
+  with a ``{maximal device=d}`` sharding the op runs on device d only, inside a
+  conditional on the partition id (the others produce zeros), so it is not duplicated.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hlo_spmd.ir.builder import Builder, next_channel_id
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS
+from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.handlers.control_flow import normalize
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import HANDLERS, handles
+from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.sharding import HloSharding
+
+PT = PrimitiveType
+
+
+def _replicated_like(shape: Shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_replicated_like(s) for s in shape.tuple_shapes])
+    return HloSharding.replicate()
+
+
+def _in_manual_region(ctx: PartitionContext, inst: Instruction) -> bool:
+    s = ctx.sharding_of(inst)
+    leaves = s.tuple_elements if s.is_tuple else (s,)
+    if any(e.is_manual or e.is_manual_subgroup for e in leaves):
+        return True
+    for op in inst.operands:
+        ps = ctx.value(op).sharding
+        for e in (ps.tuple_elements if ps.is_tuple else (ps,)):
+            if e.is_manual or e.is_manual_subgroup:
+                return True
+    return False
+
+
+# -- single device execution ------------------------------------------------------------------
+def zeros_like_shape(b: Builder, shape: Shape) -> Instruction:
+    """A value of ``shape`` made of zeros (tokens: a fresh after-all)."""
+    if shape.is_tuple:
+        return b.tuple([zeros_like_shape(b, s) for s in shape.tuple_shapes])
+    if shape.is_token:
+        return b.after_all()
+    zero = b.scalar(0, shape.element_type)
+    return b.broadcast(zero, list(shape.dims), []) if shape.rank else zero
+
+
+def run_on_single_device(ctx: PartitionContext, inst: Instruction, device: int) -> PValue:
+    """``inst`` on whole operands, executed only by logical device ``device`` (a
+    conditional on the partition id); the other devices produce zeros. The result has
+    sharding ``{maximal device=device}``."""
+    b = ctx.b
+    operands = []
+    for op in inst.operands:
+        pv = ctx.value(op)
+        operands.append(reshard(ctx, pv, _replicated_like(op.shape)).hlo)
+    n = ctx.num_devices
+    is_owner = ctx.logical_table((np.arange(n) == int(device)).astype(np.int64))
+    pred = b.compare(is_owner, b.constant(np.int64(1), PT.S32), "EQ")
+    packed = b.tuple(operands)
+    on = b.new_computation(f"{inst.name}.on_device")
+    param = on.parameter(0, packed.shape, name="operands")
+    args = [on.get_tuple_element(param, i) for i in range(len(operands))]
+    called = [ctx.clone(c) for c in inst.called_computations]
+    on.set_root(on.op(inst.opcode, args, copy_attrs(inst), called, declared=inst.shape,
+                      name=inst.name))
+    off = b.new_computation(f"{inst.name}.elsewhere")
+    off.parameter(0, packed.shape, name="operands")
+    off.set_root(zeros_like_shape(off, inst.shape))
+    out = b.op("conditional", [pred, packed, packed], called=[on.computation, off.computation],
+               name=f"{inst.name}.single_device")
+    return PValue(out, inst.shape, HloSharding.maximal(int(device)))
+
+
+def _replicated_effect(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Side-effecting op with replicated semantics, or on one device when maximal."""
+    target = ctx.sharding_of(inst)
+    if target.is_maximal:
+        return run_on_single_device(ctx, inst, target.device)
+    operands = [reshard(ctx, ctx.value(op), _replicated_like(op.shape)).hlo
+                for op in inst.operands]
+    out = emit_like(ctx, inst, operands, inst.shape)
+    return reshard(ctx, PValue(out, inst.shape, _replicated_like(inst.shape)),
+                   normalize(target, inst.shape))
+
+
+# -- random numbers ---------------------------------------------------------------------------
+@handles("rng")
+def handle_rng(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = ctx.sharding_of(inst)
+    operands = [ctx.operand(inst, i, HloSharding.replicate()) for i in range(len(inst.operands))]
+    if target.is_tiled and not target.is_manual_subgroup:
+        local = ctx.local_shape(inst.shape, target)
+        return PValue(emit_like(ctx, inst, operands, local), inst.shape, target)
+    if target.is_manual:
+        return PValue(emit_like(ctx, inst, operands, inst.shape), inst.shape, target)
+    owner = target.device if target.is_maximal else 0
+    full = emit_like(ctx, inst, operands, inst.shape)
+    # Only the owner's draw counts; resharding broadcasts it.
+    return reshard(ctx, PValue(full, inst.shape, HloSharding.maximal(owner)), target)
+
+
+@handles("rng-bit-generator")
+def handle_rng_bit_generator(ctx: PartitionContext, inst: Instruction) -> PValue:
+    state = ctx.operand(inst, 0, HloSharding.replicate())
+    full = emit_like(ctx, inst, [state], inst.shape)
+    return reshard(ctx, PValue(full, inst.shape, _replicated_like(inst.shape)),
+                   normalize(ctx.sharding_of(inst), inst.shape))
+
+
+# -- device ids -------------------------------------------------------------------------------
+@handles("partition-id")
+def handle_partition_id(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = ctx.sharding_of(inst)
+    if target.is_manual or target.is_manual_subgroup:
+        return PValue(ctx.b.op("partition-id", name=inst.name), inst.shape, target)
+    zero = ctx.b.constant(np.uint32(0), PT.U32, name=inst.name)
+    return reshard(ctx, PValue(zero, inst.shape, HloSharding.replicate()), target)
+
+
+@handles("replica-id")
+def handle_replica_id(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = ctx.sharding_of(inst)
+    out = ctx.b.op("replica-id", name=inst.name)
+    if target.is_manual:
+        return PValue(out, inst.shape, target)
+    return reshard(ctx, PValue(out, inst.shape, HloSharding.replicate()), target)
+
+
+# -- tokens and barriers ----------------------------------------------------------------------
+@handles("after-all")
+def handle_after_all(ctx: PartitionContext, inst: Instruction) -> PValue:
+    tokens = [ctx.value(op).hlo for op in inst.operands]
+    out = ctx.b.op("after-all", tokens, copy_attrs(inst), name=inst.name)
+    return PValue(out, inst.shape, ctx.sharding_of(inst))
+
+
+@handles("add-dependency")
+def handle_add_dependency(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = normalize(ctx.sharding_of(inst), inst.shape)
+    if target.is_maximal:
+        target = _replicated_like(inst.shape)
+    value = ctx.operand(inst, 0, target)
+    token = ctx.value(inst.operands[1]).hlo
+    out = ctx.b.op("add-dependency", [value, token], copy_attrs(inst), name=inst.name)
+    return PValue(out, inst.shape, target)
+
+
+@handles("opt-barrier")
+def handle_optimization_barrier(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = normalize(ctx.sharding_of(inst), inst.shape)
+    operand = ctx.operand(inst, 0, target)
+    out = ctx.b.op("opt-barrier", [operand], copy_attrs(inst), name=inst.name)
+    return PValue(out, inst.shape, target)
+
+
+# -- side effects -----------------------------------------------------------------------------
+@handles("infeed", "outfeed")
+def handle_feed(ctx: PartitionContext, inst: Instruction) -> PValue:
+    return _replicated_effect(ctx, inst)
+
+
+_base_custom_call = HANDLERS.get("custom-call")
+
+
+@handles("custom-call")
+def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Side-effecting custom-calls without a rule of their own keep replicated semantics and
+    run on one device only when their sharding is maximal; everything else goes to the
+    custom-call table (``basic.CUSTOM_CALLS``)."""
+    if (inst.attrs.custom_call_has_side_effect and inst.custom_call_target not in CUSTOM_CALLS
+            and ctx.sharding_of(inst).is_maximal):
+        return run_on_single_device(ctx, inst, ctx.sharding_of(inst).device)
+    return _base_custom_call(ctx, inst)
+
+
+# -- collectives in the input -----------------------------------------------------------------
+def _group_size(inst: Instruction) -> int | None:
+    from hlo_spmd.ir.shape_inference import replica_groups
+
+    groups = replica_groups(inst.attrs)
+    if groups is None:
+        return None
+    sizes = {len(g) for g in groups} if groups.dtype == object else {groups.shape[1]}
+    return max(sizes)
+
+
+def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """The user's own per-device collective: kept as written, on local operands."""
+    operands = [ctx.value(op).hlo for op in inst.operands]
+    attrs = copy_attrs(inst)
+    if attrs.channel_id:
+        attrs.channel_id = next_channel_id(ctx.b.module)
+    called = [ctx.clone(c) for c in inst.called_computations]
+    target = ctx.sharding_of(inst)
+    declared = ctx.local_shape(inst.shape, target) if target.is_manual else None
+    out = ctx.b.op(inst.opcode, operands, attrs, called, declared=declared, name=inst.name)
+    return PValue(out, inst.shape, normalize(target, inst.shape))
+
+
+@handles("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
+def handle_input_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
+    if _in_manual_region(ctx, inst):
+        return _keep_manual_collective(ctx, inst)
+    size = _group_size(inst)
+    if size not in (None, 1):
+        raise PartitionError(f"{inst.opcode} over groups of {size} devices has no meaning in a "
+                             "single logical program (only inside manual regions)",
+                             f"instruction {inst.name}")
+    # One participant: the identity (operand shapes equal the result shapes).
+    target = normalize(ctx.sharding_of(inst), inst.shape)
+    n = len(inst.operands)
+    if inst.shape.is_tuple and n > 1:
+        elems = list(target.tuple_elements) if target.is_tuple else [target] * n
+        parts = [ctx.operand(inst, i, elems[i]) for i in range(n)]
+        return PValue(ctx.b.tuple(parts, name=inst.name), inst.shape, HloSharding.tuple(elems))
+    if inst.operands[0].shape.without_layout() != inst.shape.without_layout():
+        raise PartitionError(f"{inst.opcode} result {inst.shape} differs from its operand "
+                             f"{inst.operands[0].shape} with one participant",
+                             f"instruction {inst.name}")
+    return PValue(ctx.operand(inst, 0, target), inst.shape, target)
+
+
+@handles("collective-permute")
+def handle_input_collective_permute(ctx: PartitionContext, inst: Instruction) -> PValue:
+    if _in_manual_region(ctx, inst):
+        return _keep_manual_collective(ctx, inst)
+    target = ctx.sharding_of(inst)
+    pairs = {(p.source, p.target) for p in inst.attrs.source_target_pairs}
+    if len(inst.operands) == 1 and (0, 0) in pairs:
+        return PValue(ctx.operand(inst, 0, target), inst.shape, target)
+    if len(inst.operands) != 1:
+        raise PartitionError("in-place collective-permute is not supported outside manual "
+                             "regions", f"instruction {inst.name}")
+    # Device 0 receives nothing: XLA defines the result as zeros.
+    zeros = zeros_like_shape(ctx.b, inst.shape)
+    return reshard(ctx, PValue(zeros, inst.shape, HloSharding.replicate()), target)

@@ -1,0 +1,272 @@
+"""Shape ops: broadcast, reshape, transpose, iota, dynamic-slice, dynamic-update-slice
+(slice, pad, concatenate and reverse live in ``slicing``).
+
+Each handler picks the operand sharding under which the op is local (the result's
+sharding pulled back through the op), reshards the operand to it and applies the op to
+local shapes; where no such sharding exists it reshards through a correct fallback.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.handlers import slicing  # noqa: F401  (registers its handlers)
+from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.handlers.slicing import (
+    _fallback, _has_empty, _manual, compute_sharding, device_scalar, position_mask, tiles_of,
+    tile_index_table, to_sharding)
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.sharding import (HloSharding, device_offsets, partial_replicate,
+                               partial_replicate_all_except, reshape_sharding, tile_shape,
+                               transpose_sharding)
+
+S32 = PrimitiveType.S32
+REPLICATED = HloSharding.replicate()
+
+
+def remake(like: HloSharding, ta) -> HloSharding:
+    """A sharding with tile assignment ``ta`` and ``like``'s kind of trailing dims."""
+    if like.replicate_on_last_tile_dim:
+        return HloSharding.partial_tile(ta)
+    if like.subgroup_types:
+        return HloSharding.subgroup(ta, like.subgroup_types)
+    return HloSharding.tile(ta)
+
+
+# -- broadcast ------------------------------------------------------------------------------
+def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims) -> HloSharding:
+    """The result's sharding restricted to the operand's dims: new dims (and size-1 operand
+    dims that are stretched) replicated, the rest in operand order."""
+    if not target.is_tiled:
+        return target
+    rank = len(out_dims)
+    kept = [dims_map[i] for i in range(len(dims_map)) if op_dims[i] == out_dims[dims_map[i]]]
+    s = partial_replicate_all_except(target, kept)
+    if not s.is_tiled:
+        return s
+    ta = s.tile_assignment
+    rest = [d for d in range(rank) if d not in dims_map]
+    perm = list(dims_map) + rest + list(range(rank, ta.ndim))
+    new = ta.transpose(perm).reshape([ta.dims[d] for d in dims_map] + list(ta.dims[rank:]))
+    if not dims_map and not s.subgroup_types and not s.replicate_on_last_tile_dim:
+        return REPLICATED
+    return remake(s, new)
+
+
+@handles("broadcast")
+def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    operand = inst.operands[0]
+    op_sharding = broadcast_operand_sharding(target, inst.dimensions, operand.shape.dims,
+                                             inst.shape.dims)
+    x = to_sharding(ctx, ctx.value(operand), op_sharding).hlo
+    local = ctx.local_shape(inst.shape, target)
+    return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+
+
+# -- transpose ------------------------------------------------------------------------------
+@handles("transpose")
+def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    perm = inst.dimensions
+    inverse = list(np.argsort(perm))
+    op_sharding = transpose_sharding(target, inverse) if target.is_tiled else target
+    x = to_sharding(ctx, ctx.value(inst.operands[0]), op_sharding).hlo
+    local = ctx.local_shape(inst.shape, target)
+    return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+
+
+# -- reshape --------------------------------------------------------------------------------
+def _maps_exactly(s_in: HloSharding, in_dims, out_dims, s_out: HloSharding) -> bool:
+    """A local reshape of ``s_in``'s tiles gives ``s_out``'s tiles."""
+    if not (s_in.is_tiled or s_in.is_replicated) or s_in.is_manual_subgroup:
+        return False
+    try:
+        mapped = reshape_sharding(s_in, in_dims, out_dims)
+    except Exception:
+        return False
+    if mapped is None or mapped != s_out:
+        return False
+    local_in = tile_shape(s_in, in_dims) if s_in.is_tiled else tuple(in_dims)
+    local_out = tile_shape(s_out, out_dims) if s_out.is_tiled else tuple(out_dims)
+    return math.prod(local_in) == math.prod(local_out)
+
+
+@handles("reshape")
+def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    operand = inst.operands[0]
+    in_dims, out_dims = operand.shape.dims, inst.shape.dims
+    pv = ctx.value(operand)
+    b = ctx.b
+    if not target.is_tiled:
+        x = ctx.reshard(pv, REPLICATED).hlo
+        return PValue(b.reshape(x, out_dims, name=inst.name), inst.shape, REPLICATED)
+    # 1. The operand sharding whose tiles reshape into the result's tiles.
+    back = None
+    try:
+        back = reshape_sharding(target, out_dims, in_dims)
+    except Exception:
+        back = None
+    if back is not None and _maps_exactly(back, in_dims, out_dims, target):
+        x = to_sharding(ctx, pv, back).hlo
+        local = tile_shape(target, out_dims)
+        return PValue(b.reshape(x, local, name=inst.name), inst.shape, target)
+    # 2. Reshape in the operand's own sharding (when it maps), then reshard the result.
+    if pv.sharding.is_tiled and not pv.sharding.is_manual_subgroup:
+        try:
+            fwd = reshape_sharding(pv.sharding, in_dims, out_dims)
+        except Exception:
+            fwd = None
+        if fwd is not None and fwd.is_tiled and _maps_exactly(pv.sharding, in_dims, out_dims,
+                                                              fwd):
+            y = b.reshape(pv.hlo, tile_shape(fwd, out_dims), name=inst.name)
+            return to_sharding(ctx, PValue(y, inst.shape, fwd), target)
+    # 3. Whole operand, reshape, cut this device's tile (correct for any pair).
+    x = ctx.reshard(pv, REPLICATED).hlo
+    y = b.reshape(x, out_dims, name=inst.name)
+    return to_sharding(ctx, PValue(y, inst.shape, REPLICATED), target)
+
+
+# -- iota -----------------------------------------------------------------------------------
+_INT_TYPES = {PrimitiveType.S32, PrimitiveType.S64, PrimitiveType.U32, PrimitiveType.U64}
+
+
+@handles("iota")
+def handle_iota(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Only the local piece: iota over the local shape plus this device's offset."""
+    target = compute_sharding(ctx, inst)
+    if target.is_manual or not target.is_tiled:
+        shape = inst.shape
+        return PValue(emit_like(ctx, inst, [], shape), inst.shape,
+                      target if target.is_manual else REPLICATED)
+    dim = inst.dimensions[0]
+    dims = inst.shape.dims
+    local = tile_shape(target, dims)
+    local_shape = inst.shape.with_dims(local)
+    if tiles_of(target, len(dims))[dim] == 1:
+        return PValue(emit_like(ctx, inst, [], local_shape), inst.shape, target)
+    b = ctx.b
+    et = inst.shape.element_type
+    it = S32 if dims[dim] < 2 ** 31 else PrimitiveType.S64
+    x = b.iota(it, local, dim)
+    table = device_offsets(target, dims, num_devices=ctx.num_devices)[:, dim]
+    off = ctx.logical_table(table)
+    if it != S32:
+        off = b.convert(off, it)
+    x = b.add(x, b.broadcast(off, list(local), []))
+    if et != it:
+        x = b.convert(x, et, name=inst.name)
+    return PValue(x, inst.shape, target)
+
+
+# -- dynamic-slice --------------------------------------------------------------------------
+def _scalar_starts(inst: Instruction, first: int) -> bool:
+    return all(o.shape.rank == 0 for o in inst.operands[first:])
+
+
+@handles("dynamic-slice")
+def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Sliced dims are computed whole (operand replicated there), then cut locally;
+    dims kept at full size stay tiled."""
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    operand = inst.operands[0]
+    rank = operand.shape.rank
+    if not _scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
+        return _fallback(ctx, inst)
+    sizes = list(inst.attrs.dynamic_slice_sizes)
+    tiles = tiles_of(target, rank)
+    sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
+    mid = partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
+        if target.is_tiled else target
+    x = to_sharding(ctx, ctx.value(operand), mid).hlo
+    starts = [ctx.operand(inst, 1 + d, REPLICATED) for d in range(rank)]
+    local = tile_shape(mid, inst.shape.dims) if mid.is_tiled else tuple(inst.shape.dims)
+    y = ctx.b.dynamic_slice(x, starts, local, name=inst.name)
+    return to_sharding(ctx, PValue(y, inst.shape, mid), target)
+
+
+# -- dynamic-update-slice -------------------------------------------------------------------
+@handles("dynamic-update-slice")
+def handle_dynamic_update_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Dims the update covers whole stay tiled in both. Sliced dims the result is tiled
+    along keep the base tiled: every device cuts the part of the (replicated) update that
+    falls into its tile and selects it in; sliced dims held whole use a local DUS."""
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    base_op, upd_op = inst.operands[0], inst.operands[1]
+    rank = base_op.shape.rank
+    if not _scalar_starts(inst, 2) or _has_empty(base_op.shape, upd_op.shape):
+        return _fallback(ctx, inst)
+    b = ctx.b
+    dims = base_op.shape.dims
+    usizes = upd_op.shape.dims
+    tiles = tiles_of(target, rank)
+    sliced = [d for d in range(rank) if usizes[d] < dims[d]]
+    split = [d for d in sliced if tiles[d] > 1]
+    base = to_sharding(ctx, ctx.value(base_op), target).hlo
+    upd_sharding = partial_replicate(target, split) if target.is_tiled else target
+    upd = to_sharding(ctx, ctx.value(upd_op), upd_sharding).hlo
+    starts = [ctx.operand(inst, 2 + d, REPLICATED) for d in range(rank)]
+    if not split:
+        y = b.dynamic_update_slice(base, upd, starts, name=inst.name)
+        return PValue(y, inst.shape, target)
+    local = base.shape.dims
+    zero = b.constant(np.int64(0), S32)
+    # The clamped start of every sliced dim (in its own type, then as s32).
+    clamped = {}
+    for d in sliced:
+        st = starts[d]
+        lo = b.scalar(0, st)
+        hi = b.scalar(dims[d] - usizes[d], st)
+        c = b.clamp(lo, st, hi)
+        clamped[d] = c if c.shape.element_type == S32 else b.convert(c, S32)
+    # The update window over this device's tile on split dims.
+    lows = [0] * rank
+    highs = [0] * rank
+    for d in split:
+        lows[d] = highs[d] = local[d] - 1
+    padded = b.pad(upd, b.scalar(0, upd), lows, highs) if any(lows) else upd
+    offsets = []
+    win_sizes = list(upd.shape.dims)
+    masks = []
+    for d in range(rank):
+        if d not in split:
+            offsets.append(zero)
+            continue
+        tidx = tile_index_table(ctx, target, d)
+        kl = device_scalar(ctx, np.arange(tiles[d]) * local[d], tidx)   # tile start
+        rel = b.subtract(kl, clamped[d])                                  # tile start - s
+        off = b.add(rel, b.constant(np.int64(local[d] - 1), S32))
+        off = b.clamp(zero, off, b.constant(np.int64(usizes[d] + local[d] - 2), S32))
+        offsets.append(off)
+        win_sizes[d] = local[d]
+        lo = b.subtract(clamped[d], kl)                                   # s - tile start
+        hi = b.add(lo, b.constant(np.int64(usizes[d]), S32))
+        masks.append(position_mask(ctx, local, d, lo, hi))
+    window = b.dynamic_slice(padded, offsets, win_sizes)
+    # Sliced dims held whole: a local DUS places the window where the original would.
+    inner = [clamped[d] if (d in sliced and d not in split) else zero for d in range(rank)]
+    if tuple(window.shape.dims) == tuple(local):
+        merged = window
+    else:
+        merged = b.dynamic_update_slice(base, window, inner)
+    pred = masks[0]
+    for m in masks[1:]:
+        pred = b.and_(pred, m)
+    y = b.select(pred, merged, base, name=inst.name)
+    return PValue(y, inst.shape, target)

@@ -1,0 +1,832 @@
+"""Resharding routes: any tiled / partially replicated sharding to any other, cheapest first.
+
+A sharding is handled here as a *layout*: the number of tiles along every data dim and,
+for every logical device, the data tile it holds (its replication position does not
+matter: devices holding the same tile hold the same data). Layouts change through four
+kinds of steps, each checked exactly (uneven dims included) before it is used:
+
+  slice       every device cuts a finer tile out of what it holds: dynamic-slice at a
+              per-device offset, no traffic (XLA's ReshardFromPartialReplicateWith-
+              DynamicSlice and the replicated -> tiled case);
+  all-gather  ``f`` neighbouring tiles of one dim are joined within groups of ``f``
+              devices (XLA's ReshardToPartialReplicateWithAllGather);
+  all-to-all  a factor ``f`` of the tiling moves from dim ``a`` to dim ``b``; several
+              moves (2-D swaps, one dim to two) share one all-to-all (XLA's
+              ReshardWithAllToAll); uneven dims are padded first and sliced after;
+  permute     same tiling, different devices: one collective-permute whose pairs come
+              from matching the holders of every tile (XLA's ReshardWithCollectivePermute).
+
+A *plan* is a chain ``[permute] slice all-to-all* all-gather* slice [permute]``. Candidate
+plans are built from the two tilings (factors that leave a dim move to a dim that needs
+them, in every order that matters; excess factors are gathered; missing ones are sliced,
+before the other steps while the source's replication allows, after them otherwise), with
+the device-order fix-up either last or first (on the source shards, through a pre-image of
+the target), simulated on the layouts, and costed by the bytes a device receives
+(``plan_cost``; ties: fewer collectives, fewer steps). The cheapest wins; when nothing
+beats going through the fully replicated value, ``reshard`` keeps its baseline route.
+
+Everything speaks in logical device ids and builds collectives through the factory, so
+the routes work unchanged inside a device group.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
+from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.partition.context import PartitionContext
+
+__all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "reshard_with_plan",
+           "Slice", "AllGather", "AllToAll", "Permute", "Plan"]
+
+
+# -- layouts ---------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """``tiles[k]`` tiles along dim k; ``coords[d]`` the data tile logical device d holds."""
+    tiles: tuple[int, ...]
+    coords: np.ndarray  # [num_devices, rank] int64
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.coords.shape[0])
+
+    @property
+    def replication(self) -> int:
+        return self.num_devices // math.prod(self.tiles)
+
+    def __repr__(self) -> str:
+        return f"Layout(tiles={list(self.tiles)}, tile_of_device={self.tile_ids().tolist()})"
+
+    def same_as(self, other: "Layout") -> bool:
+        return self.tiles == other.tiles and bool(np.array_equal(self.coords, other.coords))
+
+    def tile_ids(self) -> np.ndarray:
+        if not self.tiles:
+            return np.zeros(self.num_devices, np.int64)
+        return np.ravel_multi_index(tuple(self.coords.T), self.tiles).astype(np.int64)
+
+    def balanced(self) -> bool:
+        """Every tile held by the same number of devices (a valid sharding)."""
+        counts = np.bincount(self.tile_ids(), minlength=math.prod(self.tiles))
+        return bool(np.all(counts == self.replication)) and \
+            self.replication * math.prod(self.tiles) == self.num_devices
+
+
+def layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
+    """The layout of a replicated or (partially replicated) tiled sharding over
+    ``num_devices`` logical devices; None for anything else (manual / unreduced
+    subgroups, maximal, tuples, a tile assignment over another device count)."""
+    if s.is_tuple:
+        return None
+    if s.is_replicated:
+        return Layout((1,) * rank, np.zeros((num_devices, rank), np.int64))
+    if not s.is_tiled or s.is_manual:
+        return None
+    if any(t != ShardingType.REPLICATED for t in s.subgroup_types):
+        return None
+    if s.tiled_data_rank != rank:
+        return None
+    ta = s.tile_assignment
+    if ta is None or ta.num_devices != num_devices:
+        return None
+    devices, coords = tile_coords(s)
+    if devices.min() < 0 or devices.max() >= num_devices or \
+            np.unique(devices).size != num_devices:
+        return None
+    out = np.empty((num_devices, rank), np.int64)
+    out[devices] = coords[:, :rank]
+    return Layout(tuple(int(t) for t in s.tile_dims_for_data()), out)
+
+
+def _local(tiles: Sequence[int], dims: Sequence[int]) -> tuple[int, ...]:
+    return tuple(-(-int(d) // int(t)) for d, t in zip(dims, tiles))
+
+
+def _nbytes(shape: Sequence[int], itemsize: float) -> float:
+    return float(math.prod(shape)) * itemsize
+
+
+def _groups(keys: np.ndarray, member: np.ndarray, size: int) -> np.ndarray | None:
+    """Device groups ``[G, size]``: devices sharing a key row form ``R`` groups, member
+    ``m`` of a group being a device whose ``member`` value is m (the i-th such device by
+    id goes to the i-th group). None unless every (key, member) class has R devices."""
+    n = keys.shape[0]
+    if keys.shape[1]:
+        _, key_id = np.unique(keys, axis=0, return_inverse=True)
+        key_id = key_id.reshape(-1).astype(np.int64)
+    else:
+        key_id = np.zeros(n, np.int64)
+    num_keys = int(key_id.max()) + 1 if n else 0
+    cls = key_id * size + member
+    counts = np.bincount(cls, minlength=num_keys * size)
+    if counts.size != num_keys * size or np.any(counts != counts[0]) or counts[0] == 0:
+        return None
+    reps = int(counts[0])
+    order = np.lexsort((np.arange(n), cls))
+    rank = np.arange(n) - np.repeat(np.arange(num_keys * size) * reps, reps)
+    out = np.empty((num_keys * reps, size), np.int64)
+    out[key_id[order] * reps + rank, member[order]] = order
+    return out
+
+
+def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.ndarray | None:
+    """Give every device a sub-position 0..nsub-1 of its region, each used by exactly
+    ``cap`` devices of every region, honouring ``pref`` (-1: none) where capacity allows."""
+    n = region.size
+    num_regions = int(region.max()) + 1 if n else 0
+    if np.any(np.bincount(region, minlength=num_regions) != nsub * cap):
+        return None
+    out = np.full(n, -1, np.int64)
+    has = pref >= 0
+    key = np.where(has, region * nsub + pref, -1)
+    order = np.lexsort((np.arange(n), key))
+    sk = key[order]
+    first = np.searchsorted(sk, sk, side="left")
+    rank = np.arange(n) - first
+    keep = (sk >= 0) & (rank < cap)
+    out[order[keep]] = sk[keep] % nsub
+    kept = np.bincount(sk[keep], minlength=num_regions * nsub) if keep.any() \
+        else np.zeros(num_regions * nsub, np.int64)
+    left = cap - kept[: num_regions * nsub]
+    slots = np.repeat(np.arange(num_regions * nsub), left)
+    rest = np.nonzero(out < 0)[0]
+    rest = rest[np.lexsort((rest, region[rest]))]
+    if slots.size != rest.size:
+        return None
+    out[rest] = slots % nsub
+    return out
+
+
+# -- steps -----------------------------------------------------------------------------------
+class Step:
+    collectives = 0
+
+    def apply(self, lay: Layout, dims: tuple[int, ...]) -> Layout | None:
+        raise NotImplementedError
+
+    def cost(self, lay: Layout, dims: tuple[int, ...], itemsize: float) -> float:
+        return 0.0
+
+    def emit(self, ctx: "PartitionContext", x: Instruction, lay: Layout,
+             dims: tuple[int, ...]) -> Instruction:
+        raise NotImplementedError
+
+
+@dataclass(eq=False, repr=False)
+class Slice(Step):
+    """Cut ``to``'s tile out of the local buffer (pad first where a tile runs past it)."""
+    to: Layout
+
+    def _offsets(self, lay: Layout, dims):
+        d = np.asarray(dims, np.int64)
+        lx = np.asarray(_local(lay.tiles, dims), np.int64)
+        ly = np.asarray(_local(self.to.tiles, dims), np.int64)
+        xs = lay.coords * lx
+        xe = np.minimum(xs + lx, d)
+        ys = self.to.coords * ly
+        ye = np.minimum(ys + ly, d)
+        empty = np.any(ys >= d, axis=1)  # the whole tile is padding
+        ok = np.all((xs <= ys) & (ye <= xe), axis=1) | empty
+        if not np.all(ok):
+            return None
+        off = np.where(empty[:, None], 0, ys - xs)
+        return off, lx, ly
+
+    def __repr__(self) -> str:
+        return f"Slice(to {self.to!r})"
+
+    def apply(self, lay, dims):
+        if self.to.num_devices != lay.num_devices or self._offsets(lay, dims) is None:
+            return None
+        return self.to
+
+    def emit(self, ctx, x, lay, dims):
+        from hlo_spmd.passes.partition.reshard import pad_to
+
+        off, lx, ly = self._offsets(lay, dims)
+        need = np.maximum((off + ly).max(axis=0), lx) if off.size else lx
+        x = pad_to(ctx, x, [int(v) for v in need])
+        if np.all(off == 0) and tuple(int(v) for v in ly) == tuple(x.shape.dims):
+            return x
+        if np.all(off == off[:1]):  # the same offsets everywhere: a static slice
+            lo = [int(v) for v in off[0]]
+            return ctx.b.slice(x, lo, [a + int(b) for a, b in zip(lo, ly)])
+        starts = []
+        for k in range(len(dims)):
+            starts.append(ctx.logical_table(off[:, k]))
+        return ctx.b.dynamic_slice(x, starts, [int(v) for v in ly])
+
+
+@dataclass(eq=False)
+class AllGather(Step):
+    """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index)."""
+    dim: int
+    factor: int
+    collectives = 1
+
+    def apply(self, lay, dims):
+        t = lay.tiles[self.dim]
+        f = self.factor
+        if f < 2 or t % f:
+            return None
+        d = dims[self.dim]
+        if t // f > 1 and f * -(-d // t) != -(-d // (t // f)):
+            return None  # the joined tiles would not be the coarser tiles (uneven dim)
+        coords = lay.coords.copy()
+        coords[:, self.dim] //= f
+        tiles = list(lay.tiles)
+        tiles[self.dim] = t // f
+        return Layout(tuple(tiles), coords)
+
+    def groups(self, lay):
+        keys = lay.coords.copy()
+        keys[:, self.dim] //= self.factor
+        return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
+
+    def cost(self, lay, dims, itemsize):
+        return (self.factor - 1) * _nbytes(_local(lay.tiles, dims), itemsize)
+
+    def emit(self, ctx, x, lay, dims):
+        from hlo_spmd.passes.partition.reshard import slice_to
+
+        x = ctx.f.all_gather(x, self.dim, self.groups(lay))
+        new = self.apply(lay, dims)
+        return slice_to(ctx, x, _local(new.tiles, dims))
+
+
+@dataclass(eq=False)
+class AllToAll(Step):
+    """Tiling factors move between dims in one all-to-all: for each ``(a, b, f)`` the next
+    minor factor ``f`` of dim ``a``'s tile index becomes the next minor factor of dim
+    ``b``'s. A dim may give to several dims or receive from several; no dim does both."""
+    moves: tuple[tuple[int, int, int], ...]
+    collectives = 1
+
+    @property
+    def group_size(self) -> int:
+        return math.prod(f for _, _, f in self.moves)
+
+    def _factors(self) -> tuple[dict[int, int], dict[int, int]]:
+        fa: dict[int, int] = {}
+        fb: dict[int, int] = {}
+        for a, b, f in self.moves:
+            fa[a] = fa.get(a, 1) * f
+            fb[b] = fb.get(b, 1) * f
+        return fa, fb
+
+    def _parts(self, lay: Layout) -> list[np.ndarray]:
+        """Per move, the part of each device's source index that moves."""
+        seen: dict[int, int] = {}
+        out = []
+        for a, _, f in self.moves:
+            out.append((lay.coords[:, a] // seen.get(a, 1)) % f)
+            seen[a] = seen.get(a, 1) * f
+        return out
+
+    def apply(self, lay, dims):
+        if not self.moves or any(f < 2 for _, _, f in self.moves):
+            return None
+        fa, fb = self._factors()
+        if set(fa) & set(fb):
+            return None
+        tiles = list(lay.tiles)
+        for a, f in fa.items():
+            ta = tiles[a]
+            if ta % f:
+                return None
+            if ta // f > 1 and f * -(-dims[a] // ta) != -(-dims[a] // (ta // f)):
+                return None  # the joined pieces are not the coarser tiles (uneven dim)
+        for b, f in fb.items():
+            tb = tiles[b]
+            if tb > 1 and -(-dims[b] // tb) != f * -(-dims[b] // (tb * f)):
+                return None  # a local tile does not split into the finer tiles
+        coords = lay.coords.copy()
+        for (a, b, f), part in zip(self.moves, self._parts(lay)):
+            coords[:, b] = coords[:, b] * f + part
+        for a, f in fa.items():
+            coords[:, a] = lay.coords[:, a] // f
+            tiles[a] //= f
+        for b, f in fb.items():
+            tiles[b] *= f
+        return Layout(tuple(tiles), coords)
+
+    def groups(self, lay):
+        fa, _ = self._factors()
+        keys = lay.coords.copy()
+        for a, f in fa.items():
+            keys[:, a] //= f
+        member = np.zeros(lay.num_devices, np.int64)
+        for (_, _, f), part in zip(self.moves, self._parts(lay)):
+            member = member * f + part
+        return _groups(keys, member, self.group_size)
+
+    def _padded_local(self, lay, dims):
+        _, fb = self._factors()
+        local = list(_local(lay.tiles, dims))
+        for b, f in fb.items():
+            local[b] = f * -(-dims[b] // (lay.tiles[b] * f))
+        return local
+
+    def cost(self, lay, dims, itemsize):
+        g = self.group_size
+        return (g - 1) / g * _nbytes(self._padded_local(lay, dims), itemsize)
+
+    def emit(self, ctx, x, lay, dims):
+        from hlo_spmd.passes.partition.reshard import pad_to, slice_to
+
+        bld = ctx.b
+        rank = len(dims)
+        fa, fb = self._factors()
+        padded = self._padded_local(lay, dims)
+        x = pad_to(ctx, x, padded)
+        # Split every receiving dim b into (its factors in move order, its new shard).
+        split: list[int] = []
+        f_axis = [0] * len(self.moves)
+        main_axis = [0] * rank
+        for j in range(rank):
+            if j in fb:
+                for i, (_, b, f) in enumerate(self.moves):
+                    if b == j:
+                        f_axis[i] = len(split)
+                        split.append(f)
+            main_axis[j] = len(split)
+            split.append(padded[j] // fb.get(j, 1))
+        y = bld.reshape(x, split) if split != list(x.shape.dims) else x
+        perm = f_axis + main_axis
+        if perm != list(range(len(perm))):
+            y = bld.transpose(y, perm)
+        rest = [split[p] for p in main_axis]
+        fs = [f for _, _, f in self.moves]
+        y = bld.reshape(y, [self.group_size] + rest)
+        y = ctx.f.all_to_all(y, 0, self.groups(lay))
+        y = bld.reshape(y, fs + rest)
+        # Each received factor axis goes before its source dim (the first move of a dim
+        # is its most minor factor), then they merge.
+        k = len(fs)
+        perm2: list[int] = []
+        merged: list[int] = []
+        for j in range(rank):
+            if j in fa:
+                perm2 += [i for i in reversed(range(k)) if self.moves[i][0] == j]
+            perm2.append(k + j)
+            merged.append(fa.get(j, 1) * rest[j])
+        if perm2 != list(range(len(perm2))):
+            y = bld.transpose(y, perm2)
+        y = bld.reshape(y, merged)
+        new = self.apply(lay, dims)
+        return slice_to(ctx, y, _local(new.tiles, dims))
+
+
+@dataclass(eq=False, repr=False)
+class Permute(Step):
+    """Same tiling on other devices: one collective-permute; a device already holding its
+    new tile sends to itself."""
+    to: Layout
+    collectives = 1
+
+    def apply(self, lay, dims):
+        if lay.tiles != self.to.tiles or not self.to.balanced():
+            return None
+        return self.to
+
+    def __repr__(self) -> str:
+        return f"Permute(to {self.to!r})"
+
+    def pairs(self, lay) -> np.ndarray:
+        n = lay.num_devices
+        src_tile, dst_tile = lay.tile_ids(), self.to.tile_ids()
+        same = src_tile == dst_tile
+        devs = np.arange(n)
+        senders = devs[~same]
+        receivers = devs[~same]
+        senders = senders[np.lexsort((senders, src_tile[senders]))]
+        receivers = receivers[np.lexsort((receivers, dst_tile[receivers]))]
+        assert np.array_equal(src_tile[senders], dst_tile[receivers])
+        own = np.stack([devs[same], devs[same]], axis=1)
+        moved = np.stack([senders, receivers], axis=1)
+        return np.concatenate([own, moved]).astype(np.int64)
+
+    def cost(self, lay, dims, itemsize):
+        if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
+            return 0.0
+        return _nbytes(_local(lay.tiles, dims), itemsize)
+
+    def emit(self, ctx, x, lay, dims):
+        if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
+            return x
+        return ctx.f.collective_permute(x, self.pairs(lay))
+
+
+# -- plans -----------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Plan:
+    steps: list[Step]
+    cost: float = 0.0
+    collectives: int = 0
+    through_replicated: bool = False
+    name: str = ""
+    layouts: list[Layout] = field(default_factory=list)
+
+    def key(self) -> tuple:
+        return (self.cost, self.collectives, len(self.steps))
+
+    def __repr__(self) -> str:
+        return f"Plan({self.describe()}, {self.cost:g} bytes, {self.collectives} collectives)"
+
+    def describe(self) -> str:
+        return " -> ".join(type(s).__name__ for s in self.steps) or "nothing"
+
+
+def simulate(steps: Sequence[Step], src: Layout, dims: tuple[int, ...],
+             itemsize: float) -> Plan | None:
+    lay = src
+    total = 0.0
+    layouts = [src]
+    collectives = 0
+    for step in steps:
+        new = step.apply(lay, dims)
+        if new is None:
+            return None
+        c = step.cost(lay, dims, itemsize)
+        total += c
+        if c > 0 or isinstance(step, (AllGather, AllToAll)):
+            collectives += step.collectives
+        lay = new
+        layouts.append(lay)
+    return Plan(list(steps), total, collectives, layouts=layouts)
+
+
+def plan_cost(plan: Plan) -> float:
+    """Bytes one device receives along the plan (all-gather: (f-1) x local, all-to-all:
+    (g-1)/g x local, collective-permute: local, dynamic-slice: 0)."""
+    return plan.cost
+
+
+def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Layout | None:
+    """A layout with ``tiles`` (each a multiple of the current count) where every device
+    takes a sub-tile of its tile, ``prefer``-red coordinates where capacity allows."""
+    tiles = tuple(int(t) for t in tiles)
+    if any(t % c for t, c in zip(tiles, lay.tiles)):
+        return None
+    g = tuple(t // c for t, c in zip(tiles, lay.tiles))
+    if all(v == 1 for v in g):
+        return lay
+    n = lay.num_devices
+    nsub = math.prod(g)
+    total = math.prod(tiles)
+    if n % total:
+        return None
+    cap = n // total
+    region = lay.tile_ids()
+    pref = np.full(n, -1, np.int64)
+    if prefer is not None:
+        p = prefer - lay.coords * np.asarray(g, np.int64)
+        inside = np.all((p >= 0) & (p < np.asarray(g, np.int64)), axis=1)
+        if inside.any():
+            pref[inside] = np.ravel_multi_index(tuple(p[inside].T), g)
+    sub = _assign(region, pref, nsub, cap)
+    if sub is None:
+        return None
+    subc = np.stack(np.unravel_index(sub, g), axis=1) if g else np.zeros((n, 0), np.int64)
+    return Layout(tiles, lay.coords * np.asarray(g, np.int64) + subc)
+
+
+def refinable(size: int, have: int, want: int) -> bool:
+    """Whether each of ``want`` tiles of a dim of ``size`` lies inside one of ``have``
+    tiles (``want`` a multiple of ``have``), real elements only: uneven dims may not."""
+    if want % have:
+        return False
+    if want == have or have == 1:
+        return True
+    l1, l2 = -(-size // have), -(-size // want)
+    j = np.arange(want)
+    ys = j * l2
+    ye = np.minimum(ys + l2, size)
+    xs = (j // (want // have)) * l1
+    xe = np.minimum(xs + l1, size)
+    return bool(np.all((ys >= size) | ((xs <= ys) & (ye <= xe))))
+
+
+def _prefer_for(dst: Layout, tiles: Sequence[int]) -> np.ndarray:
+    """dst's coordinates coarsened to ``tiles`` (dims whose count does not divide dst's:
+    -1, no preference)."""
+    out = np.empty_like(dst.coords)
+    for k, (t, c) in enumerate(zip(dst.tiles, tiles)):
+        out[:, k] = dst.coords[:, k] // (t // c) if t % c == 0 else -1
+    return out
+
+
+@dataclass
+class _Spec:
+    pre: tuple[int, ...]                       # pre-slice factors per dim
+    moves: tuple[tuple[int, int, int], ...]    # all-to-all moves (a, b, f)
+    combine: bool                              # one all-to-all for all moves
+    gathers: tuple[tuple[int, int], ...]       # (dim, factor)
+
+
+def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool) -> _Spec:
+    """Which factors to slice first (``pre_slice``: as far as the source's replication
+    allows), move with all-to-all (``use_a2a``: factors a dim has too many of, to dims that
+    lack them) and gather (the rest of the excess); the rest of what is missing is sliced
+    at the end."""
+    r = len(dims)
+    s, t = list(src.tiles), list(dst.tiles)
+    pre = [1] * r
+    if pre_slice:
+        reps = src.replication
+        for k in range(r):
+            if t[k] > s[k] and t[k] % s[k] == 0:
+                h = math.gcd(t[k] // s[k], reps)
+                if h > 1 and refinable(dims[k], s[k], s[k] * h):
+                    pre[k] = h
+                    reps //= h
+    cur = [a * b for a, b in zip(s, pre)]
+    g = [math.gcd(c, tt) for c, tt in zip(cur, t)]
+    excess = [c // gg for c, gg in zip(cur, g)]
+    deficit = [tt // gg for tt, gg in zip(t, g)]
+    moves: list[tuple[int, int, int]] = []
+    if use_a2a:
+        for a in range(r):
+            for b in range(r):
+                if a == b or excess[a] == 1 or deficit[b] == 1:
+                    continue
+                if deficit[a] > 1 or excess[b] > 1:
+                    continue  # keep sources and targets disjoint
+                f = math.gcd(excess[a], deficit[b])
+                if f > 1:
+                    moves.append((a, b, f))
+                    excess[a] //= f
+                    deficit[b] //= f
+    gathers = tuple((k, excess[k]) for k in range(r) if excess[k] > 1)
+    return _Spec(tuple(pre), tuple(moves), True, gathers)
+
+
+def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
+    """The steps of ``spec`` from ``src``, slices choosing ``dst``'s tiles where they can,
+    and a final permute if the result is not ``dst``. Moves and gathers that do not work
+    on an uneven dim are replaced by gathering the dim whole and slicing afterwards."""
+    steps: list[Step] = []
+    lay = src
+    if any(h > 1 for h in spec.pre):
+        tiles = [a * b for a, b in zip(src.tiles, spec.pre)]
+        new = _refine(lay, tiles, _prefer_for(dst, tiles))
+        if new is None:
+            return None
+        steps.append(Slice(new))
+        lay = new
+    moves = []
+    for mv in spec.moves:
+        if AllToAll((mv,)).apply(lay, dims) is not None:
+            moves.append(mv)
+    dropped = [mv for mv in spec.moves if mv not in moves]
+    if moves:
+        groups = [AllToAll(tuple(moves))] if spec.combine else [AllToAll((m,)) for m in moves]
+        for st in groups:
+            new = st.apply(lay, dims)
+            if new is None:
+                return None
+            steps.append(st)
+            lay = new
+    gathers = dict(spec.gathers)
+    for a, _, f in dropped:
+        gathers[a] = gathers.get(a, 1) * f
+    for k in sorted(gathers):
+        st = AllGather(k, gathers[k])
+        if st.apply(lay, dims) is None:
+            if lay.tiles[k] < 2:
+                continue
+            st = AllGather(k, lay.tiles[k])  # the whole dim
+        new = st.apply(lay, dims)
+        if new is None:
+            return None
+        steps.append(st)
+        lay = new
+    # Any dim whose tiles do not split into the target's: gather it whole.
+    for k, (c, t) in enumerate(zip(lay.tiles, dst.tiles)):
+        if c > 1 and not refinable(dims[k], c, t):
+            st = AllGather(k, c)
+            lay = st.apply(lay, dims)
+            steps.append(st)
+    new = _refine(lay, dst.tiles, dst.coords)
+    if new is None:
+        return None
+    if new is not lay:
+        steps.append(Slice(new))
+        lay = new
+    if not lay.same_as(dst):
+        steps.append(Permute(dst))
+    return steps
+
+
+def _preimage(plain: list[Step], src: Layout, dst: Layout, dims) -> \
+        tuple[Layout, list[Layout]] | None:
+    """A layout P with src's tiling from which ``plain``'s kind of chain lands exactly on
+    dst, chosen close to src; plus the layouts P's chain passes through at its slices."""
+    body = [s for s in plain if not isinstance(s, Permute)]
+    # Layouts along the chain from src (to guide choices towards src's own placement).
+    fwd = [src]
+    for st in body:
+        fwd.append(st.apply(fwd[-1], dims))
+    lay = dst
+    intended_rev: list[Layout] = []
+    for i in range(len(body) - 1, -1, -1):
+        st = body[i]
+        before = fwd[i]
+        if isinstance(st, Slice):
+            intended_rev.append(lay)
+            g = [t // c for t, c in zip(lay.tiles, before.tiles)]
+            lay = Layout(before.tiles, lay.coords // np.asarray(g, np.int64))
+        elif isinstance(st, AllGather):
+            k, f = st.dim, st.factor
+            coarse = lay
+            region = coarse.tile_ids()
+            guide = fwd[i]
+            match = np.all(np.delete(guide.coords, k, axis=1) ==
+                           np.delete(coarse.coords, k, axis=1), axis=1) & \
+                (guide.coords[:, k] // f == coarse.coords[:, k])
+            pref = np.where(match, guide.coords[:, k] % f, -1)
+            cap = coarse.replication // f
+            if cap * f != coarse.replication:
+                return None
+            sub = _assign(region, pref, f, cap)
+            if sub is None:
+                return None
+            coords = coarse.coords.copy()
+            coords[:, k] = coords[:, k] * f + sub
+            tiles = list(coarse.tiles)
+            tiles[k] *= f
+            lay = Layout(tuple(tiles), coords)
+        elif isinstance(st, AllToAll):
+            coords = lay.coords.copy()
+            tiles = list(lay.tiles)
+            for a, b, f in reversed(st.moves):
+                coords[:, a] = coords[:, a] * f + coords[:, b] % f
+                coords[:, b] //= f
+                tiles[a] *= f
+                tiles[b] //= f
+            lay = Layout(tuple(tiles), coords)
+        else:
+            return None
+    if lay.tiles != src.tiles or not lay.balanced():
+        return None
+    return lay, list(reversed(intended_rev))
+
+
+def _orderings(moves: tuple[tuple[int, int, int], ...]):
+    """The move orders that differ in effect: which factor of a source dim goes to which
+    target dim, and in which order a target dim stacks what it receives."""
+    if len(moves) < 2 or len(moves) > 4:
+        yield moves
+        return
+    seen = set()
+    for perm in itertools.permutations(moves):
+        key = (tuple(sorted((a, tuple(m for m in perm if m[0] == a)) for a, _, _ in perm)),
+               tuple(sorted((b, tuple(m for m in perm if m[1] == b)) for _, b, _ in perm)))
+        if key not in seen:
+            seen.add(key)
+            yield perm
+
+
+_PLAN_CACHE: dict[tuple, tuple[Plan | None, Plan]] = {}
+_PLAN_CACHE_LIMIT = 4096
+
+
+def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
+                 itemsize: float = 4.0) -> tuple[Plan | None, Plan]:
+    """(the cheapest plan that is not "through replicated", the through-replicated plan).
+    The first is None when no other plan applies. Plans are cached per (layouts, dims,
+    element size): a model reshards the same way many times."""
+    dims = tuple(int(d) for d in dims)
+    key = (src.tiles, src.tile_ids().tobytes(), dst.tiles, dst.tile_ids().tobytes(), dims,
+           float(itemsize))
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None:
+        return hit
+    out = _plan_reshard(src, dst, dims, float(itemsize))
+    if len(_PLAN_CACHE) >= _PLAN_CACHE_LIMIT:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[key] = out
+    return out
+
+
+def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
+                  itemsize: float) -> tuple[Plan | None, Plan]:
+    if src.same_as(dst):
+        return (Plan([], name="nothing", layouts=[src]),
+                Plan([], through_replicated=True, layouts=[src]))
+    fallback_steps: list[Step] = [AllGather(k, t) for k, t in enumerate(src.tiles) if t > 1]
+    if any(t > 1 for t in dst.tiles):
+        fallback_steps.append(Slice(dst))
+    fallback = simulate(fallback_steps, src, dims, itemsize)
+    assert fallback is not None
+    fallback.through_replicated = True
+    fallback.name = "through replicated"
+    best: Plan | None = None
+    seen: set[tuple] = set()
+    for pre_slice in (True, False):
+        for use_a2a in (True, False):
+            base = _spec(src, dst, dims, pre_slice, use_a2a)
+            for moves in _orderings(base.moves):
+                for combine in ((True, False) if len(moves) > 1 else (True,)):
+                    spec = _Spec(base.pre, tuple(moves), combine, base.gathers)
+                    key = (spec.pre, spec.moves, combine, spec.gathers)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    for plan in _candidates(spec, src, dst, dims, itemsize):
+                        if best is None or plan.key() < best.key():
+                            best = plan
+    return best, fallback
+
+
+def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
+    """The plan of ``spec`` with a final permute if needed, and with the permute moved to
+    the start (on the source shards) when a pre-image exists."""
+    steps = _realize(spec, src, dst, dims)
+    if steps is None:
+        return
+    variants = [steps]
+    if steps and isinstance(steps[-1], Permute):
+        pre = _preimage(steps, src, dst, dims)
+        if pre is not None:
+            start, intended = pre
+            body = [s for s in steps if not isinstance(s, Permute)]
+            replayed = _replay(body, start, intended, dims)
+            if replayed is not None and replayed[1].same_as(dst):
+                first = [] if start.same_as(src) else [Permute(start)]
+                variants.append(first + replayed[0])
+    for v in variants:
+        plan = simulate(v, src, dims, itemsize)
+        if plan is not None and plan.layouts[-1].same_as(dst):
+            plan.name = plan.describe()
+            yield plan
+
+
+def _replay(body: list[Step], start: Layout, intended: list[Layout], dims):
+    """``body`` from ``start`` with its slices retargeted to the ``intended`` layouts;
+    returns (steps, final layout) or None."""
+    out: list[Step] = []
+    lay = start
+    it = iter(intended)
+    for st in body:
+        if isinstance(st, Slice):
+            st = Slice(next(it))
+        new = st.apply(lay, dims)
+        if new is None:
+            return None
+        out.append(st)
+        lay = new
+    return out, lay
+
+
+def _itemsize(pv: PValue) -> float:
+    return bit_width(pv.base_shape.element_type) / 8.0
+
+
+def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
+                      plan: Plan) -> PValue:
+    dims = tuple(int(d) for d in pv.base_shape.dims)
+    src = layout_of(pv.sharding, ctx.num_devices, len(dims))
+    x = pv.hlo
+    lay = src
+    for step in plan.steps:
+        x = step.emit(ctx, x, lay, dims)
+        lay = step.apply(lay, dims)
+    assert tuple(x.shape.dims) == _local(lay.tiles, dims), (x.shape, lay.tiles)
+    return PValue(x, pv.base_shape, target)
+
+
+def route(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue | None:
+    """The SPECIAL_ROUTES entry: the cheapest plan, or None to let ``reshard`` go through
+    the replicated value (when nothing is cheaper or the shardings are not handled here)."""
+    shape = pv.base_shape
+    if not shape.is_array or shape.rank == 0 or any(int(d) == 0 for d in shape.dims):
+        return None
+    n = ctx.num_devices
+    src = layout_of(pv.sharding, n, shape.rank)
+    dst = layout_of(target, n, shape.rank)
+    if src is None or dst is None:
+        return None
+    if tuple(pv.hlo.shape.dims) != _local(src.tiles, shape.dims):
+        return None
+    if src.same_as(dst):
+        return PValue(pv.hlo, shape, target)
+    best, fallback = plan_reshard(src, dst, shape.dims, _itemsize(pv))
+    if best is None or best.key() >= fallback.key():
+        return None
+    return reshard_with_plan(ctx, pv, target, best)
+
+
+if route not in SPECIAL_ROUTES:
+    SPECIAL_ROUTES.append(route)

@@ -1,0 +1,300 @@
+"""Statistics of a per-device (partitioned) module: collectives and memory.
+
+Works on any module in our IR: the partitioner's output, or XLA's own partitioned module
+(``runtime.xla_reference.xla_partitioned_module`` bytes loaded with ``ir.io``), so the two
+can be put side by side (:func:`comparison_rows`).
+
+* Collectives, per kind (``collectives.cost.COLLECTIVE_KINDS``): the static instruction
+  count, how many of them are inside loops (in a while body or condition, or in anything
+  those call, transitively), and the bytes each device sends for one execution of each
+  (formulas in :mod:`hlo_spmd.collectives.cost`), summed; ``bytes_in_loops`` is the part
+  of that sum from instructions in loops -- per iteration, trip counts are not known.
+* Memory: the largest array value (any computation) and a liveness estimate of the peak
+  bytes live over the entry computation's program order. A value is live from its
+  definition to its last use (the root's values to the end); tuple, get-tuple-element,
+  bitcast, opt-barrier and add-dependency create no buffer but keep their operands'
+  buffers alive; entry parameters are live from the start; at a while / conditional /
+  call, the callee's own peak (parameters excluded: they alias the operands) is added
+  on top of what is live at that point. Fusion and scheduling effects are ignored: it is
+  an estimate for comparing two partitionings of the same program, not a simulation of
+  XLA's buffer assignment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from hlo_spmd.collectives.cost import COLLECTIVE_KINDS, CollectiveCost, collective_cost
+from hlo_spmd.ir.computation import Computation
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+
+#: Ops that create no buffer of their own (their result is, or forwards, operand buffers).
+ALIASING_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
+                          "add-dependency", "after-all"})
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+
+
+@dataclass
+class CollectiveSummary:
+    """One collective kind over the whole module."""
+
+    kind: str
+    count: int = 0
+    count_in_loops: int = 0
+    bytes_per_device: float = 0.0
+    bytes_in_loops: float = 0.0
+    max_group_size: int = 0
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    computation: str
+    shape: str
+    bytes: int
+
+
+@dataclass
+class ModuleStats:
+    module: str
+    num_devices: int | None
+    collectives: dict[str, CollectiveSummary]
+    records: list[CollectiveCost] = field(default_factory=list)
+    largest_array: ArrayInfo | None = None
+    peak_live_bytes: int = 0
+    instruction_count: int = 0
+
+    @property
+    def total_count(self) -> int:
+        return sum(c.count for c in self.collectives.values())
+
+    @property
+    def total_count_in_loops(self) -> int:
+        return sum(c.count_in_loops for c in self.collectives.values())
+
+    @property
+    def total_bytes_per_device(self) -> float:
+        return sum(c.bytes_per_device for c in self.collectives.values())
+
+    @property
+    def total_bytes_in_loops(self) -> float:
+        return sum(c.bytes_in_loops for c in self.collectives.values())
+
+    def count(self, kind: str) -> int:
+        return self.collectives[kind].count
+
+
+# -- traversal --------------------------------------------------------------------------------
+def _reachable(module: Module) -> tuple[list[Computation], set[int]]:
+    """Computations reachable from the entry (module order) and the ids of those inside a
+    loop (a while body / condition, or called from one, transitively)."""
+    reach: set[int] = set()
+    loop: set[int] = set()
+    stack: list[tuple[Computation, bool]] = [(module.entry, False)] if module.entry else []
+    seen: set[tuple[int, bool]] = set()
+    while stack:
+        comp, in_loop = stack.pop()
+        if (id(comp), in_loop) in seen:
+            continue
+        seen.add((id(comp), in_loop))
+        reach.add(id(comp))
+        if in_loop:
+            loop.add(id(comp))
+        for inst in comp.instructions:
+            inner = in_loop or inst.opcode == "while"
+            for callee in inst.called_computations:
+                stack.append((callee, inner))
+    ordered = [c for c in module.computations if id(c) in reach]
+    return ordered, loop
+
+
+def _infer_num_devices(module: Module, comps: Sequence[Computation]) -> int | None:
+    n = module.config.get("num_partitions") if isinstance(module.config, dict) else None
+    if n:
+        return int(n)
+    from hlo_spmd.ir.shape_inference import replica_groups
+
+    top = -1
+    for comp in comps:
+        for inst in comp.instructions:
+            for p in inst.attrs.source_target_pairs:
+                top = max(top, p.source, p.target)
+            if inst.opcode.startswith(("all-", "reduce-scatter", "collective-")):
+                try:
+                    groups = replica_groups(inst.attrs)
+                except (ValueError, IndexError):
+                    groups = None
+                if groups is not None and groups.size:
+                    flat = [d for g in groups for d in g] if groups.dtype == object \
+                        else groups.reshape(-1).tolist()
+                    top = max(top, max(flat))
+    return top + 1 if top >= 0 else None
+
+
+# -- memory -----------------------------------------------------------------------------------
+def _own_bytes(inst: Instruction, is_entry: bool) -> int:
+    if inst.opcode in ALIASING_OPS:
+        return 0
+    if inst.opcode == "parameter" and not is_entry:
+        return 0
+    return inst.shape.byte_size()
+
+
+def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
+    """Peak bytes live during ``comp`` (see the module docstring)."""
+    key = id(comp)
+    if not is_entry and key in memo:
+        return memo[key]
+    memo.setdefault(key, 0)  # guards against (invalid) recursion
+    order = comp.instructions
+    end = len(order)
+    sources: dict[int, frozenset[int]] = {}
+    elements: dict[int, list[frozenset[int]]] = {}
+    last: dict[int, int] = {}
+    for idx, inst in enumerate(order):
+        if inst.opcode in ALIASING_OPS:
+            if inst.opcode == "get-tuple-element" and id(inst.operands[0]) in elements:
+                src = elements[id(inst.operands[0])][inst.tuple_index]
+            elif inst.opcode == "add-dependency" and inst.operands:
+                src = sources.get(id(inst.operands[0]), frozenset())
+            else:
+                src = frozenset().union(*(sources.get(id(o), frozenset())
+                                           for o in inst.operands))
+            if inst.opcode == "tuple":
+                elements[id(inst)] = [sources.get(id(o), frozenset()) for o in inst.operands]
+            sources[id(inst)] = src
+        else:
+            sources[id(inst)] = frozenset({id(inst)})
+            last[id(inst)] = idx  # unused values die right after they are made
+        for op in inst.operands:
+            for buf in sources.get(id(op), ()):
+                last[buf] = idx
+        for pred in inst.control_predecessors:
+            for buf in sources.get(id(pred), ()):
+                last[buf] = idx
+    if comp.root is not None:
+        for buf in sources.get(id(comp.root), ()):
+            last[buf] = end
+    size = {id(i): _own_bytes(i, is_entry) for i in order}
+    frees: dict[int, list[int]] = {}
+    for inst in order:
+        if size[id(inst)]:
+            frees.setdefault(last[id(inst)], []).append(id(inst))
+    live = 0
+    peak = 0
+    if is_entry:  # parameters are there before the first instruction runs
+        for inst in order:
+            if inst.opcode == "parameter":
+                live += size[id(inst)]
+        peak = live
+    for idx, inst in enumerate(order):
+        if not (is_entry and inst.opcode == "parameter"):
+            live += size[id(inst)]
+        extra = 0
+        if inst.opcode in _CONTROL_FLOW:
+            extra = max((_peak(c, False, memo) for c in inst.called_computations), default=0)
+        peak = max(peak, live + extra)
+        for buf in frees.get(idx, ()):
+            live -= size[buf]
+    if not is_entry:
+        memo[key] = peak
+    return peak
+
+
+def _largest_array(comps: Sequence[Computation]) -> ArrayInfo | None:
+    best: ArrayInfo | None = None
+    for comp in comps:
+        for inst in comp.instructions:
+            for _, leaf in inst.shape.leaves():
+                if not leaf.is_array:
+                    continue
+                n = leaf.byte_size()
+                if best is None or n > best.bytes:
+                    best = ArrayInfo(inst.name, comp.name, leaf.to_text(print_layout=False), n)
+    return best
+
+
+# -- the entry point --------------------------------------------------------------------------
+def module_stats(module: Module, num_devices: int | None = None) -> ModuleStats:
+    """Collective and memory statistics of a per-device module. ``num_devices`` resolves
+    empty replica groups (default: the module's ``num_partitions`` when known, else the
+    largest device id named by any collective, plus one)."""
+    comps, loop = _reachable(module)
+    if num_devices is None:
+        num_devices = _infer_num_devices(module, comps)
+    summaries = {k: CollectiveSummary(k) for k in COLLECTIVE_KINDS}
+    records: list[CollectiveCost] = []
+    count = 0
+    for comp in comps:
+        in_loop = id(comp) in loop
+        for inst in comp.instructions:
+            count += 1
+            cost = collective_cost(inst, num_devices, in_loop)
+            if cost is None:
+                continue
+            records.append(cost)
+            s = summaries[cost.kind]
+            s.count += 1
+            s.bytes_per_device += cost.bytes_per_device
+            s.max_group_size = max(s.max_group_size, cost.group_size)
+            if in_loop:
+                s.count_in_loops += 1
+                s.bytes_in_loops += cost.bytes_per_device
+    peak = _peak(module.entry, True, {}) if module.entry is not None else 0
+    return ModuleStats(module.name, num_devices, summaries, records, _largest_array(comps),
+                       peak, count)
+
+
+# -- rendering --------------------------------------------------------------------------------
+def format_bytes(n: float | None) -> str:
+    """``1536`` -> ``1.5 KiB``; None -> ``-``."""
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def stats_rows(stats: ModuleStats) -> list[dict]:
+    """Table rows, all with the keys ``item``, ``count``, ``in_loops``, ``bytes``,
+    ``bytes_in_loops``, ``max_group``, ``detail`` (None where a column does not apply):
+    one per collective kind, a ``total`` row, then ``largest array`` and ``peak live``
+    (bytes per device). ``bytes`` of a collective row is bytes per device."""
+    rows = []
+    for kind in COLLECTIVE_KINDS:
+        c = stats.collectives[kind]
+        rows.append({"item": kind, "count": c.count, "in_loops": c.count_in_loops,
+                     "bytes": c.bytes_per_device, "bytes_in_loops": c.bytes_in_loops,
+                     "max_group": c.max_group_size or None, "detail": None})
+    rows.append({"item": "total", "count": stats.total_count,
+                 "in_loops": stats.total_count_in_loops, "bytes": stats.total_bytes_per_device,
+                 "bytes_in_loops": stats.total_bytes_in_loops, "max_group": None,
+                 "detail": None})
+    big = stats.largest_array
+    rows.append({"item": "largest array", "count": None, "in_loops": None,
+                 "bytes": big.bytes if big else 0, "bytes_in_loops": None, "max_group": None,
+                 "detail": f"{big.shape} {big.name} ({big.computation})" if big else None})
+    rows.append({"item": "peak live", "count": None, "in_loops": None,
+                 "bytes": stats.peak_live_bytes, "bytes_in_loops": None, "max_group": None,
+                 "detail": "estimate over the entry's program order"})
+    return rows
+
+
+def comparison_rows(a: ModuleStats, b: ModuleStats,
+                    labels: tuple[str, str] = ("ours", "xla")) -> list[dict]:
+    """Side-by-side rows of two modules' stats: ``item`` plus ``<label>_count`` and
+    ``<label>_bytes`` for each label (rows as in :func:`stats_rows`)."""
+    out = []
+    for ra, rb in zip(stats_rows(a), stats_rows(b)):
+        out.append({"item": ra["item"],
+                    f"{labels[0]}_count": ra["count"], f"{labels[1]}_count": rb["count"],
+                    f"{labels[0]}_bytes": ra["bytes"], f"{labels[1]}_bytes": rb["bytes"]})
+    return out
+
+
+__all__ = ["ModuleStats", "CollectiveSummary", "ArrayInfo", "module_stats", "stats_rows",
+           "comparison_rows", "format_bytes", "ALIASING_OPS"]

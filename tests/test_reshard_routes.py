@@ -1,0 +1,360 @@
+"""Resharding routes run on XLA: random (shape, source, target, device count) pairs.
+
+Every case is a module ``parameter (source sharding) -> Sharding custom-call (target)``
+partitioned by the real driver and run on N host CPU devices with poisoned padding; the
+reassembled output must equal the input exactly. Canonical cases also pin which
+collectives the chosen route uses, and the planner is checked on its own (no XLA) on
+larger meshes. The deeper randomized variant is ``@pytest.mark.slow`` (``-m slow``).
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hlo_spmd.runtime import ensure_host_devices
+
+ensure_host_devices(8)
+pytest.importorskip("jax")
+
+from hlo_spmd import runtime as rt  # noqa: E402
+from hlo_spmd.collectives.factory import CollectiveFactory  # noqa: E402
+from hlo_spmd.collectives.groups import DeviceGrouping  # noqa: E402
+from hlo_spmd.ir.builder import Builder  # noqa: E402
+from hlo_spmd.ir.computation import Computation  # noqa: E402
+from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
+from hlo_spmd.ir.module import Module  # noqa: E402
+from hlo_spmd.ir.primitive_types import PrimitiveType, numpy_dtype  # noqa: E402
+from hlo_spmd.ir.shape import Shape  # noqa: E402
+from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  # noqa: E402
+                                               PartitionReport)
+from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402
+from hlo_spmd.passes.partition.reshard import reshard  # noqa: E402
+from hlo_spmd.passes.partition.reshard_routes import layout_of, plan_reshard  # noqa: E402
+from hlo_spmd.proto import hlo_pb2  # noqa: E402
+from hlo_spmd.sharding import HloSharding, parse_sharding, tile_shape  # noqa: E402
+
+COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
+               "reduce-scatter")
+
+
+# -- building and running ---------------------------------------------------------------------
+def build(dims, src: HloSharding, dst: HloSharding, et=PrimitiveType.F32) -> Module:
+    """``p = parameter(0), sharding=src; ROOT Sharding(p), sharding=dst``."""
+    m = Module("reshard")
+    comp = Computation("main")
+    m.add_computation(comp)
+    m.entry = comp
+    b = Builder(comp)
+    p = b.parameter(0, Shape.array(et, dims), name="p")
+    p.sharding = src
+    root = b.custom_call("Sharding", [p], p.shape, name="target")
+    root.sharding = dst
+    b.set_root(root)
+    return load_module_bytes(module_bytes(m))  # as a loaded module (attrs and all)
+
+
+def collective_counts(module: Module) -> dict[str, int]:
+    return dict(collections.Counter(i.opcode for i in module.instructions()
+                                    if i.opcode in COLLECTIVES))
+
+
+def inputs_for(dims, et, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if et == PrimitiveType.PRED:
+        return rng.random(dims) < 0.5
+    if et in (PrimitiveType.S32, PrimitiveType.U8):
+        return rng.integers(0, 100, size=dims).astype(numpy_dtype(et))
+    return rng.standard_normal(dims).astype(numpy_dtype(et))
+
+
+def run_case(dims, src, dst, n, et=PrimitiveType.F32):
+    """Partition and run; returns the collective counts of the partitioned module."""
+    src = parse_sharding(src) if isinstance(src, str) else src
+    dst = parse_sharding(dst) if isinstance(dst, str) else dst
+    module = build(dims, src, dst, et)
+    result = partition(module, n, complete=True)
+    counts = collective_counts(result.module)
+    x = inputs_for(dims, et)
+    out = rt.run_partitioned(module_bytes(result.module), [x], n, poison_padding=True,
+                             output_shapes=[list(dims)])
+    assert out[0].shape == x.shape
+    if not np.array_equal(out[0], x):
+        bad = np.argwhere(out[0] != x)
+        raise AssertionError(f"{list(dims)} {src} -> {dst} on {n} devices via {counts}: "
+                             f"{len(bad)} wrong elements, first at {bad[0].tolist()}")
+    return counts
+
+
+# -- random shardings ----------------------------------------------------------------------------
+@st.composite
+def device_orders(draw, n: int) -> np.ndarray:
+    kind = draw(st.sampled_from(["iota", "transposed", "random"]))
+    if kind == "iota" or n == 1:
+        return np.arange(n)
+    if kind == "transposed":
+        k = int(math.log2(n))
+        perm = draw(st.permutations(range(k)))
+        return np.arange(n).reshape([2] * k).transpose(perm).reshape(-1)
+    return np.asarray(draw(st.permutations(range(n))))
+
+
+@st.composite
+def shardings(draw, n: int, rank: int) -> HloSharding:
+    """Tiled, partially replicated or replicated over n (a power of 2) devices."""
+    if draw(st.integers(0, 9)) == 0:
+        return HloSharding.replicate()
+    tiles = [1] * (rank + 1)  # the last one is replication
+    for _ in range(int(math.log2(n))):
+        tiles[draw(st.integers(0, rank))] *= 2
+    arr = draw(device_orders(n)).reshape(tiles)
+    if tiles[-1] > 1:
+        return HloSharding.partial_tile(arr)
+    return HloSharding.tile(arr.reshape(tiles[:-1]))
+
+
+@st.composite
+def cases(draw, max_rank: int = 3, max_dim: int = 9):
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    rank = draw(st.integers(1, max_rank))
+    dims = draw(st.lists(st.integers(1, max_dim), min_size=rank, max_size=rank))
+    return dims, draw(shardings(n, rank)), draw(shardings(n, rank)), n
+
+
+# -- property tests --------------------------------------------------------------------------
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases())
+def test_random_reshards_preserve_the_value(case):
+    dims, src, dst, n = case
+    run_case(dims, src, dst, n)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_rank=2), st.sampled_from([PrimitiveType.S32, PrimitiveType.PRED,
+                                           PrimitiveType.BF16]))
+def test_random_reshards_other_element_types(case, et):
+    dims, src, dst, n = case
+    run_case(dims, src, dst, n, et)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases(max_rank=4, max_dim=12))
+def test_random_reshards_deep(case):
+    dims, src, dst, n = case
+    run_case(dims, src, dst, n)
+
+
+@st.composite
+def large_cases(draw):
+    n = draw(st.sampled_from([16, 32, 64, 256]))
+    rank = draw(st.integers(1, 4))
+    dims = draw(st.lists(st.integers(1, 300), min_size=rank, max_size=rank))
+    return dims, draw(shardings(n, rank)), draw(shardings(n, rank)), n
+
+
+def check_plan_well_formed(plan, src_layout, dims):
+    """Every step applies to the layout before it, with well-formed device groups."""
+    from hlo_spmd.passes.partition.reshard_routes import AllGather, AllToAll, Permute
+
+    lay = src_layout
+    n = lay.num_devices
+    for step, after in zip(plan.steps, plan.layouts[1:]):
+        assert after.balanced()
+        if isinstance(step, (AllGather, AllToAll)):
+            groups = step.groups(lay)
+            assert groups is not None
+            assert sorted(groups.reshape(-1).tolist()) == list(range(n))
+        if isinstance(step, Permute):
+            pairs = step.pairs(lay)
+            assert sorted(pairs[:, 0].tolist()) == list(range(n))
+            assert sorted(pairs[:, 1].tolist()) == list(range(n))
+            # Every device receives the tile it must hold.
+            assert np.array_equal(lay.tile_ids()[pairs[:, 0]], after.tile_ids()[pairs[:, 1]])
+        assert step.apply(lay, tuple(dims)).same_as(after)
+        lay = after
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(cases(max_rank=4, max_dim=12), large_cases()))
+def test_plans_are_well_formed(case):
+    """The planner alone (no XLA), also on meshes of up to 256 devices: the plan ends on
+    the target through valid steps, and ``route`` only takes it when it is cheaper than
+    going through the replicated value."""
+    dims, src, dst, n = case
+    a, b = layout_of(src, n, len(dims)), layout_of(dst, n, len(dims))
+    best, fallback = plan_reshard(a, b, dims)
+    assert fallback.layouts[-1].same_as(b)
+    check_plan_well_formed(fallback, a, dims)
+    if a.same_as(b):
+        assert best.steps == [] and best.cost == 0
+    if best is None:
+        return
+    assert best.layouts[-1].same_as(b)
+    check_plan_well_formed(best, a, dims)
+    assert best.cost >= 0 and best.collectives <= len(best.steps)
+
+
+# -- which collectives the canonical cases use ---------------------------------------------
+CANONICAL = [
+    # (dims, source, target, devices, expected collective counts)
+    ([8, 8], "{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", 4, {"all-to-all": 1}),
+    ([6, 5], "{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", 4, {"all-to-all": 1}),
+    ([7, 9, 3], "{devices=[1,8,1]<=[8]}", "{devices=[1,1,8]<=[8]}", 8, {"all-to-all": 1}),
+    # Two dims move at once: one all-to-all.
+    ([4, 4, 4, 4], "{devices=[2,2,1,1]<=[4]}", "{devices=[1,1,2,2]<=[4]}", 4,
+     {"all-to-all": 1}),
+    ([8, 4, 4], "{devices=[4,1,1]<=[4]}", "{devices=[1,2,2]<=[4]}", 4, {"all-to-all": 1}),
+    # Part of a dim's tiling moves.
+    ([8, 8], "{devices=[4,1]<=[4]}", "{devices=[2,2]<=[4]}", 4, {"all-to-all": 1}),
+    # Device permutations.
+    ([8, 8], "{devices=[4,1]<=[4]}", "{devices=[4,1]0,2,1,3}", 4, {"collective-permute": 1}),
+    ([5, 3], "{devices=[2,4]<=[8]}", "{devices=[2,4]<=[4,2]T(1,0)}", 8,
+     {"collective-permute": 1}),
+    ([6, 6], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+     "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}", 4, {"collective-permute": 1}),
+    # Replicated / partially replicated -> finer: a local dynamic-slice.
+    ([8, 8], "{replicated}", "{devices=[2,4]<=[8]}", 8, {}),
+    ([7, 5], "{replicated}", "{devices=[4,2]<=[2,4]T(1,0)}", 8, {}),
+    ([8, 8], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{devices=[2,2]<=[4]}", 4, {}),
+    ([7, 8], "{devices=[1,2,4]<=[8] last_tile_dim_replicate}",
+     "{devices=[1,4,2]<=[8] last_tile_dim_replicate}", 8, {}),
+    ([9, 6], "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "{devices=[2,4]<=[8]}", 8, {}),
+    # Fewer tiles: all-gather within the groups that lose tiles, nothing more.
+    ([8, 8], "{devices=[2,2]<=[4]}", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 4,
+     {"all-gather": 1}),
+    ([7, 5], "{devices=[2,4]<=[8]}", "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}",
+     8, {"all-gather": 1}),
+    ([8, 8], "{devices=[2,4]<=[8]}", "{replicated}", 8, {"all-gather": 2}),
+    # Partially replicated, the tiled dim changes: one all-to-all.
+    ([8, 8], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+     "{devices=[1,2,2]<=[4] last_tile_dim_replicate}", 4, {"all-to-all": 1}),
+    # Combinations.
+    ([8, 8], "{devices=[4,1]<=[4]}", "{devices=[1,4]0,2,1,3}", 4,
+     {"all-to-all": 1, "collective-permute": 1}),
+    ([8, 8], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{devices=[1,4]<=[4]}", 4,
+     {"all-to-all": 1}),
+]
+
+
+@pytest.mark.parametrize("dims,src,dst,n,expected", CANONICAL,
+                         ids=[f"{c[1]}->{c[2]}" for c in CANONICAL])
+def test_canonical_routes(dims, src, dst, n, expected):
+    assert run_case(dims, src, dst, n) == expected
+
+
+def test_same_placement_is_free():
+    """Another spelling of the same placement (explicit devices vs iota) moves nothing."""
+    assert run_case([8, 6], "{devices=[2,2]<=[4]}", "{devices=[2,2]0,1,2,3}", 4) == {}
+    assert run_case([8, 6], "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}",
+                    "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}", 4) == {}
+
+
+def test_all_to_all_is_cheaper_than_the_replicated_route():
+    s = parse_sharding("{devices=[8,1]<=[8]}")
+    t = parse_sharding("{devices=[1,8]<=[8]}")
+    best, fallback = plan_reshard(layout_of(s, 8, 2), layout_of(t, 8, 2), [64, 64])
+    assert best.describe() == "AllToAll"
+    # (g-1)/g of the 8x64 local f32 block vs gathering 7 more blocks.
+    assert best.cost == pytest.approx(7 / 8 * 8 * 64 * 4)
+    assert fallback.cost == pytest.approx(7 * 8 * 64 * 4)
+
+
+def test_permute_is_placed_where_the_buffer_is_smallest():
+    """Gathering to a differently ordered partial replication: permuting the small source
+    shards first beats permuting the gathered ones."""
+    s = parse_sharding("{devices=[8]<=[8]}")
+    t = parse_sharding("{devices=[2,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
+    best, _ = plan_reshard(layout_of(s, 8, 1), layout_of(t, 8, 1), [64])
+    assert best.describe() == "Permute -> AllGather"
+    assert run_case([64], s, t, 8) == {"collective-permute": 1, "all-gather": 1}
+
+
+# -- inside a device group -------------------------------------------------------------------
+def _logical_array(s: HloSharding, m: int, rank: int) -> np.ndarray:
+    """The tile array with a trailing replication dim (size 1 if none)."""
+    if s.is_replicated:
+        return np.arange(m).reshape((1,) * rank + (m,))
+    arr = s.tile_assignment.array()
+    return arr if s.replicate_on_last_tile_dim else arr.reshape(arr.shape + (1,))
+
+
+def _global(s: HloSharding, groups: np.ndarray, rank: int) -> HloSharding:
+    """The global sharding of a value sharded ``s`` within every group of ``groups``."""
+    arr = _logical_array(s, groups.shape[1], rank)
+    phys = groups[:, arr]                                  # [G, tiles..., R]
+    phys = np.moveaxis(phys, 0, -1)                        # [tiles..., R, G]
+    phys = phys.reshape(phys.shape[:-2] + (-1,))
+    return HloSharding.partial_tile(phys)
+
+
+def run_grouped(dims, src, dst, groups: np.ndarray):
+    """Reshard inside ``DeviceGrouping(groups)`` and run on all devices."""
+    n = groups.size
+    m = groups.shape[1]
+    out = Module("grouped")
+    out.attrs = hlo_pb2.HloModuleProto()
+    comp = Computation("main")
+    out.add_computation(comp)
+    out.entry = comp
+    b = Builder(comp)
+    state = ModuleState(out, out, n, PartitionReport())
+    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping(groups)))
+    assert not ctx.grouping.is_flat and ctx.num_devices == m
+    base = Shape.array(PrimitiveType.F32, dims)
+    param = b.parameter(0, base.with_dims(tile_shape(src, dims)) if src.is_tiled else base,
+                        name="p")
+    res = reshard(ctx, PValue(param, base, src), dst).hlo
+    if res is param:
+        res = b.op("copy", [res], declared=res.shape)
+    b.set_root(res)
+    param.sharding = HloSharding.manual()
+    res.sharding = HloSharding.manual()
+    counts = collective_counts(out)
+    gsrc, gdst = _global(src, groups, len(dims)), _global(dst, groups, len(dims))
+    proto = rt.with_spmd_shardings(module_bytes(out), [gsrc], gdst)
+    x = inputs_for(dims, PrimitiveType.F32)
+    got = rt.run_partitioned(proto, [x], n, poison_padding=True, output_shapes=[list(dims)])
+    np.testing.assert_array_equal(got[0], x)
+    return counts
+
+
+GROUPINGS = [np.array([[0, 2, 4, 6], [1, 3, 5, 7]]), np.array([[7, 1, 4, 2], [0, 6, 3, 5]]),
+             np.array([[0, 1], [2, 3], [4, 5], [6, 7]]),
+             np.array([[5, 0], [3, 6], [1, 7], [2, 4]])]
+
+
+@pytest.mark.parametrize("groups", GROUPINGS, ids=lambda g: str(g.tolist()))
+def test_grouped_canonical(groups):
+    m = groups.shape[1]
+    tiled0 = HloSharding.tile(np.arange(m).reshape(m, 1))
+    tiled1 = HloSharding.tile(np.arange(m).reshape(1, m))
+    assert run_grouped([8, 6], tiled0, tiled1, groups) == {"all-to-all": 1}
+    rev = HloSharding.tile(np.arange(m)[::-1].reshape(m, 1))
+    assert run_grouped([7, 6], tiled0, rev, groups) == {"collective-permute": 1}
+    assert run_grouped([7, 6], HloSharding.replicate(), tiled1, groups) == {}
+    assert run_grouped([7, 6], tiled0, HloSharding.replicate(), groups) == {"all-gather": 1}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_grouped_random(data):
+    """Random shardings within random groupings of the 8 devices (2x4, 4x2, any order)."""
+    shape = data.draw(st.sampled_from([(2, 4), (4, 2)]))
+    groups = np.array(data.draw(st.permutations(range(8)))).reshape(shape)
+    m = groups.shape[1]
+    rank = data.draw(st.integers(1, 3))
+    dims = data.draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank))
+    src = data.draw(shardings(m, rank))
+    dst = data.draw(shardings(m, rank))
+    run_grouped(dims, src, dst, groups)
