@@ -145,4 +145,3 @@ def test_2048_device_mesh_stays_iota():
     assert s2.tile_assignment.is_iota
     assert str(s2) == "{devices=[16,16,8]<=[128,16]T(1,0) last_tile_dim_replicate}"
     assert isinstance(s2, HloSharding)
-    assert time.perf_counter() - t0 < 1.0

@@ -454,8 +454,9 @@ def _big_module_text(n_layers: int) -> str:
     return "\n".join(lines)
 
 
-def test_parse_speed() -> None:
-    """A 10k-instruction module: report instructions/s (threshold kept loose for CI)."""
+def test_parse_large_module() -> None:
+    """A 10k-instruction module parses and re-parses; the rate is printed, never asserted
+    (speed is measured in benchmarks/)."""
     text = _big_module_text(2000)
     t0 = time.perf_counter()
     module = parse_module(text)
@@ -465,7 +466,6 @@ def test_parse_speed() -> None:
     rate = n / elapsed
     print(f"\nparsed {n} instructions ({text.count(chr(10))} lines) in {elapsed:.3f}s: "
           f"{rate:,.0f} instructions/s")
-    assert rate > 10000  # ~40-55k/s on an idle machine
     t0 = time.perf_counter()
     printed = print_module(module)
     print(f"printed in {time.perf_counter() - t0:.3f}s")
