@@ -159,3 +159,20 @@ def diff(a: str, b: str, show_all: bool) -> None:
 
     rows = sharding_diff(load_module(a), load_module(b), include_missing=show_all)
     render_diff(rows, a, b)
+
+
+@cli.command()
+@click.argument("src", metavar="IN")
+@click.option("--compare", "other", default=None, metavar="OTHER",
+              help="A second partitioned module (e.g. XLA's) to show side by side.")
+def stats(src: str, other: str | None) -> None:
+    """What partitioning cost: collectives per kind (count, in loops, bytes per device)
+    and the largest live tensor."""
+    from hlo_spmd.stats import module_stats
+    from hlo_spmd_cli.render import render_stats, render_stats_comparison
+
+    a = module_stats(load_module(src))
+    if other is None:
+        render_stats(a, src)
+    else:
+        render_stats_comparison(a, module_stats(load_module(other)), src, other)

@@ -88,3 +88,40 @@ def render_explanation(result, name: str, alternatives: bool = True) -> None:
         for a in head.alternatives:
             alt.add_row(str(a.sharding), a.rule, ", ".join(a.sources) or "-", a.reason)
         out.print(alt)
+
+
+def render_stats(stats, label: str) -> None:
+    from rich.table import Table
+
+    from hlo_spmd.stats import format_bytes, stats_rows
+
+    table = Table(title=f"{label}: {stats.instruction_count} instructions, "
+                        f"{stats.num_devices or '?'} devices")
+    for col in ("item", "count", "in loops", "bytes/device", "bytes in loops", "max group",
+                "detail"):
+        table.add_column(col, overflow="fold")
+    for r in stats_rows(stats):
+        table.add_row(r["item"], _cell(r["count"]), _cell(r["in_loops"]),
+                      format_bytes(r["bytes"]) if r["bytes"] is not None else "-",
+                      format_bytes(r["bytes_in_loops"]) if r["bytes_in_loops"] else "-",
+                      _cell(r["max_group"]), r["detail"] or "")
+    console().print(table)
+
+
+def render_stats_comparison(a, b, label_a: str, label_b: str) -> None:
+    from rich.table import Table
+
+    from hlo_spmd.stats import comparison_rows, format_bytes
+
+    table = Table(title=f"{label_a} vs {label_b}")
+    for col in ("item", "count A", "count B", "bytes/device A", "bytes/device B"):
+        table.add_column(col)
+    for r in comparison_rows(a, b, ("a", "b")):
+        table.add_row(r["item"], _cell(r["a_count"]), _cell(r["b_count"]),
+                      format_bytes(r["a_bytes"]) if r["a_bytes"] is not None else "-",
+                      format_bytes(r["b_bytes"]) if r["b_bytes"] is not None else "-")
+    console().print(table)
+
+
+def _cell(v) -> str:
+    return "-" if v is None else str(v)
