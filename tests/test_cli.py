@@ -228,3 +228,26 @@ def test_propagate_explain_diff(tmp_path):
     assert "tanh.1" in r.output and str(after.find("tanh.1").sharding)[:12] in r.output
     r = run("explain", MLP, "nope")
     assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_stats_and_compare(tmp_path):
+    out = tmp_path / "p.pb"
+    assert run("partition", MLP, "-o", str(out)).exit_code == 0
+    r = run("stats", str(out))
+    assert r.exit_code == 0, r.output
+    for word in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                 "collective-permute", "largest array", "peak live"):
+        assert word in r.output
+    r = run("stats", str(out), "--compare", str(out))
+    assert r.exit_code == 0 and "all-reduce" in r.output
+
+
+def test_num_partitions_from_text_header(tmp_path):
+    src = tmp_path / "m.hlo"
+    src.write_text(GOOD.replace("entry_computation_layout={(f32[8,4]{1,0})->f32[8,4]{1,0}}",
+                                "entry_computation_layout={(f32[8,4]{1,0})->f32[8,4]{1,0}}, "
+                                "num_partitions=2"))
+    out = tmp_path / "p.pb"
+    r = run("partition", str(src), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert "2 partitions" in r.output

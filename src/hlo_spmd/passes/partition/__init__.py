@@ -21,6 +21,9 @@ def infer_num_partitions(module: Module, requested: int | None) -> int:
     from hlo_spmd.annotations.normalize import module_device_count
 
     implied = module_device_count(module)
+    configured = (module.config or {}).get("num_partitions")
+    if requested is None and configured and int(configured) > 1:
+        requested = int(configured)  # HLO text header: num_partitions=N
     if requested is not None:
         if requested < 1:
             raise ShardingError(f"--num-partitions must be at least 1, got {requested}")
