@@ -99,7 +99,7 @@ def render_stats(stats, label: str) -> None:
                         f"{stats.num_devices or '?'} devices")
     for col in ("item", "count", "in loops", "bytes/device", "bytes in loops", "max group",
                 "detail"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("item", "bytes/device"))
     for r in stats_rows(stats):
         table.add_row(r["item"], _cell(r["count"]), _cell(r["in_loops"]),
                       format_bytes(r["bytes"]) if r["bytes"] is not None else "-",
@@ -115,7 +115,7 @@ def render_stats_comparison(a, b, label_a: str, label_b: str) -> None:
 
     table = Table(title=f"{label_a} vs {label_b}")
     for col in ("item", "count A", "count B", "bytes/device A", "bytes/device B"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "item")
     for r in comparison_rows(a, b, ("a", "b")):
         table.add_row(r["item"], _cell(r["a_count"]), _cell(r["b_count"]),
                       format_bytes(r["a_bytes"]) if r["a_bytes"] is not None else "-",
