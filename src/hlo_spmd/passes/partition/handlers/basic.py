@@ -8,7 +8,7 @@ from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import reshard, slice_replicated
+from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding
 
 

@@ -31,12 +31,9 @@ from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Pl
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import pad_to
-from hlo_spmd.sharding import HloSharding, device_offsets, group_by_dims
+from hlo_spmd.sharding import HloSharding, group_by_dims
 
-try:  # the shared masking helpers, when present
-    from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
-except ImportError:  # pragma: no cover - depends on the tree
-    _shared_mask_padding = None
+from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -203,27 +200,8 @@ def mask_padding(ctx: PartitionContext, pv: PValue, dims: list[int]) -> PValue:
     dims = [d for d in dims if tiles[d] > 1 and base[d] % tiles[d]]
     if not dims:
         return pv
-    if _shared_mask_padding is not None:
-        out = _shared_mask_padding(ctx, pv, dims, 0)
-        return out if isinstance(out, PValue) else pv.with_hlo(out)
-    return pv.with_hlo(_local_mask(ctx, pv, dims))
-
-
-def _local_mask(ctx: PartitionContext, pv: PValue, dims: list[int]) -> Instruction:
-    """Minimal masking (used when masking.py is absent): iota < valid length per dim."""
-    b = ctx.b
-    x = pv.hlo
-    local = list(x.shape.dims)
-    offsets = device_offsets(pv.sharding, pv.base_shape.dims, num_devices=ctx.num_devices)
-    pred = None
-    for d in dims:
-        valid = np.clip(pv.base_shape.dims[d] - offsets[:, d], 0, local[d])
-        limit = b.broadcast(ctx.logical_table(valid), local, [])
-        iota = b.iota(PrimitiveType.S32, local, d)
-        p = b.compare(iota, limit, "LT")
-        pred = p if pred is None else b.binary("and", pred, p)
-    zero = b.broadcast(b.scalar(0, x), local, [])
-    return b.select(pred, x, zero)
+    out = _shared_mask_padding(ctx, pv, dims, 0)
+    return out if isinstance(out, PValue) else pv.with_hlo(out)
 
 
 __all__ = ["handle_dot", "partition_dot", "mask_padding"]
