@@ -162,6 +162,10 @@ def reshape_cases(n):
         False)
     cases["no_map_minor_tiled"] = (_reshape_text(n, (6, 4), sh(n, 1, 2), (24,), sh(n, n)), False)
     cases["no_map_uneven_merge"] = (_reshape_text(n, (7, 6), sh(n, n, 1), (42,), sh(n, n)), False)
+    # A tiled size-1 dim: half the devices hold only padding, so no local reshape.
+    cases["tiled_unit_dim"] = (_reshape_text(n, (2, 3, 1), f"{{devices=[2,1,{h}]<=[{n}]}}"
+                                             if n > 2 else sh(n, 1, 1, 2), (6, 1), sh(n, n, 1)),
+                               False)
     cases["to_replicated"] = (_reshape_text(n, (7, 6), sh(n, n, 1), (6, 7), R()), False)
     cases["from_replicated"] = (_reshape_text(n, (6, 7), R(), (7, 6), sh(n, 1, n)), True)
     return cases
@@ -417,6 +421,18 @@ def elementwise_cases(n):
         "bitcast_convert_same_width": (module(f"""
   x = f32[11] parameter(0), sharding={sh(n, n)}
   ROOT c = s32[11] bitcast-convert(x), sharding={sh(n, n)}"""), True),
+        "bitcast_convert_widen": (module(f"""
+  x = f32[9,3] parameter(0), sharding={sh(n, h, 2)}
+  ROOT c = u8[9,3,4] bitcast-convert(x), sharding={sh(n, h, 2, 1)}"""), True),
+        "bitcast_convert_widen_minor_tiled": (module(f"""
+  x = f32[7] parameter(0), sharding={sh(n, n)}
+  ROOT c = u16[7,2] bitcast-convert(x), sharding={sh(n, h, 2)}"""), False),
+        "bitcast_convert_narrow": (module(f"""
+  x = u8[9,4] parameter(0), sharding={sh(n, n, 1)}
+  ROOT c = f32[9] bitcast-convert(x), sharding={sh(n, n)}"""), True),
+        "bitcast_convert_scalar_widen": (module(f"""
+  x = f32[] parameter(0), sharding={R()}
+  ROOT c = u8[4] bitcast-convert(x), sharding={sh(n, 2)}"""), True),
     }
 
 

@@ -24,7 +24,7 @@ from hlo_spmd.sharding import HloSharding
 
 pytest.importorskip("jax")
 
-MAX_ELEMS = 1500
+MAX_ELEMS = 4000
 
 
 def _factors(n: int) -> list[int]:
@@ -207,11 +207,11 @@ def step(draw, c: Chain, x):
 
 
 @st.composite
-def chains(draw, max_steps: int = 4):
+def chains(draw, max_steps: int = 4, max_dim: int = 9):
     n = draw(st.integers(1, 8))
     c = Chain(n)
     rank = draw(st.integers(1, 3))
-    dims = [draw(st.integers(1, 9)) for _ in range(rank)]
+    dims = [draw(st.integers(1, max_dim)) for _ in range(rank)]
     x = c.param(dims, draw(shardings(rank, n)))
     for _ in range(draw(st.integers(1, max_steps))):
         y, op = draw(step(c, x))
@@ -236,7 +236,7 @@ _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                     HealthCheck.data_too_large])
 
 
-@settings(max_examples=60, derandomize=True, **_COMMON)
+@settings(max_examples=120, derandomize=True, **_COMMON)
 @given(chains())
 def test_random_chains(c):
     run_chain(c)
@@ -244,6 +244,6 @@ def test_random_chains(c):
 
 @pytest.mark.slow
 @settings(max_examples=400, **_COMMON)
-@given(chains(max_steps=6))
+@given(chains(max_steps=6, max_dim=17))
 def test_random_chains_deep(c):
     run_chain(c)

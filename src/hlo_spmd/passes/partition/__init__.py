@@ -40,7 +40,10 @@ def partition(module: Module, num_partitions: int | None = None, *,
               complete: bool = False, verify: bool = True) -> PartitionResult:
     """Complete the shardings (unless ``complete``) and partition ``module``."""
     from hlo_spmd.annotations import normalize_annotations
+    from hlo_spmd.passes.inline_calls import inline_calls
 
+    if not complete:
+        inline_calls(module)  # as XLA does before sharding propagation
     normalize_annotations(module)
     n = infer_num_partitions(module, num_partitions)
     if not complete:

@@ -90,6 +90,11 @@ def _maps_exactly(s_in: HloSharding, in_dims, out_dims, s_out: HloSharding) -> b
     """A local reshape of ``s_in``'s tiles gives ``s_out``'s tiles."""
     if not (s_in.is_tiled or s_in.is_replicated) or s_in.is_manual_subgroup:
         return False
+    if s_in.is_tiled and any(d == 1 and t > 1 for d, t in zip(in_dims,
+                                                             s_in.tile_dims_for_data())):
+        # reshape_sharding replicates a tiled size-1 dim: the result would claim data
+        # that the devices holding its empty shards do not have.
+        return False
     try:
         mapped = reshape_sharding(s_in, in_dims, out_dims)
     except Exception:
@@ -270,3 +275,47 @@ def handle_dynamic_update_slice(ctx: PartitionContext, inst: Instruction) -> PVa
         pred = b.and_(pred, m)
     y = b.select(pred, merged, base, name=inst.name)
     return PValue(y, inst.shape, target)
+
+
+# -- bitcast-convert between widths ---------------------------------------------------------
+def _drop_minor(s: HloSharding, rank: int) -> HloSharding:
+    """``s`` (untiled on its last data dim) for the array without that dim."""
+    if not s.is_tiled:
+        return s
+    ta = s.tile_assignment
+    return remake(s, ta.reshape(list(ta.dims[:rank - 1]) + list(ta.dims[rank:])))
+
+
+def _add_minor(s: HloSharding, rank: int) -> HloSharding:
+    """``s`` for the array with an extra untiled minor dim (``rank`` = s's data rank)."""
+    if not s.is_tiled:
+        return s
+    ta = s.tile_assignment
+    return remake(s, ta.reshape(list(ta.dims[:rank]) + [1] + list(ta.dims[rank:])))
+
+
+@handles("bitcast-convert")
+def handle_bitcast_convert(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """Same width: elementwise. Different widths add or drop a minor dim, which stays
+    whole on every device."""
+    from hlo_spmd.passes.partition.handlers.elementwise import handle_elementwise
+
+    operand = inst.operands[0]
+    in_rank, out_rank = operand.shape.rank, inst.shape.rank
+    if in_rank == out_rank:
+        return handle_elementwise(ctx, inst)
+    target = compute_sharding(ctx, inst)
+    if target.is_manual:
+        return _manual(ctx, inst)
+    if out_rank == in_rank - 1:
+        # Narrow -> wide: the operand's minor dim is consumed whole.
+        op_sharding = _add_minor(target, out_rank)
+        x = to_sharding(ctx, ctx.value(operand), op_sharding).hlo
+        local = ctx.local_shape(inst.shape, target)
+        return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+    # Wide -> narrow: compute with the new minor dim whole, then cut if it is tiled.
+    mid = partial_replicate(target, [out_rank - 1]) if target.is_tiled else target
+    x = to_sharding(ctx, ctx.value(operand), _drop_minor(mid, out_rank)).hlo
+    local = ctx.local_shape(inst.shape, mid)
+    y = emit_like(ctx, inst, [x], local)
+    return to_sharding(ctx, PValue(y, inst.shape, mid), target)
