@@ -459,3 +459,17 @@ def test_case(family, name, n):
     text, local = spec[0], spec[1]
     inputs = spec[2] if len(spec) > 2 else None
     check(text, n, inputs=inputs, local=local)
+
+
+def test_elementwise_compute_sharding_choice():
+    from hlo_spmd.passes.partition.handlers.elementwise import compute_sharding
+    from hlo_spmd.sharding import parse_sharding
+
+    tiled = parse_sharding("{devices=[2,4]<=[8]}")
+    partial = parse_sharding("{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
+    # three operands already tiled, result partially replicated: compute tiled
+    assert compute_sharding(partial, [tiled, tiled, tiled]) == tiled
+    # one operand: resharding it or the result costs the same -> the result's sharding
+    assert compute_sharding(partial, [tiled]) == partial
+    # operands disagree: the result's sharding
+    assert compute_sharding(partial, [tiled, partial]) == partial
