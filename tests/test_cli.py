@@ -251,3 +251,29 @@ def test_num_partitions_from_text_header(tmp_path):
     r = run("partition", str(src), "-o", str(out))
     assert r.exit_code == 0, r.output
     assert "2 partitions" in r.output
+
+
+ALL_FIXTURES = sorted(p for p in __import__("glob").glob(os.path.join(FIX, "*.pb")))
+
+
+@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: os.path.basename(p)[:-3])
+def test_explain_and_diff_on_every_fixture(tmp_path, path):
+    from hlo_spmd.ir.io import load_module
+
+    out = tmp_path / "p.pb"
+    assert run("propagate", path, "-o", str(out)).exit_code == 0
+    before, after = load_module(path), load_module(out)
+    r = run("diff", path, str(out))
+    assert r.exit_code == 0
+    changed = sum(1 for i in after.instructions()
+                  if before.find(i.name) is not None and before.find(i.name).sharding != i.sharding)
+    assert (f"{changed} instruction(s) differ" in r.output) if changed else \
+        "no sharding differences" in r.output
+    # explain the entry root and the first dot (or any non-parameter instruction)
+    targets = [after.entry.root.name]
+    dots = [i.name for i in after.entry.instructions if i.opcode in ("dot", "convolution")]
+    targets += dots[:1]
+    for name in targets:
+        r = run("explain", path, name)
+        assert r.exit_code == 0, r.output
+        assert name in r.output

@@ -95,3 +95,23 @@ def _rescale_mesh(module, mapping):
                 new.append(HloSharding.tile(scaled))
         inst.sharding = HloSharding.tuple(new) if s.is_tuple else new[0]
         inst.source_sharding = None
+
+
+MESH_FIXTURES = ["mlp_2d_megatron", "transformer_layer_fwd", "transformer_train_step",
+                 "dot_variants", "elementwise_broadcast_reduce", "uneven_shapes"]
+
+
+@pytest.mark.parametrize("devices,mesh", [(2, (1, 2)), (4, (2, 2))], ids=["2dev", "4dev"])
+@pytest.mark.parametrize("name", MESH_FIXTURES)
+def test_mesh_fixture_on_fewer_devices(name, devices, mesh):
+    """The 2x4-mesh fixtures re-expressed on 1x2 and 2x2 meshes partition and match."""
+    path = os.path.join(ROOT, "fixtures", "hlo", f"{name}.pb")
+    meta = json.load(open(path[:-3] + ".json"))
+    original = open(path, "rb").read()
+    module = load_module(path)
+    a, b = mesh
+    _rescale_mesh(module, {2: a, 4: b, 8: a * b})
+    out = partition(module, devices).module
+    report = verify(original, module_bytes(out), devices, inputs=sidecar_inputs(meta),
+                    poison_padding=True)
+    assert report.ok, str(report)
