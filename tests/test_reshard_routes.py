@@ -26,10 +26,11 @@ from hlo_spmd.collectives.factory import CollectiveFactory  # noqa: E402
 from hlo_spmd.collectives.groups import DeviceGrouping  # noqa: E402
 from hlo_spmd.ir.builder import Builder  # noqa: E402
 from hlo_spmd.ir.computation import Computation  # noqa: E402
-from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
+from hlo_spmd.ir.io import load_module_bytes, module_bytes, module_text  # noqa: E402
 from hlo_spmd.ir.module import Module  # noqa: E402
 from hlo_spmd.ir.primitive_types import PrimitiveType, numpy_dtype  # noqa: E402
 from hlo_spmd.ir.shape import Shape  # noqa: E402
+from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.passes.partition import partition  # noqa: E402
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  # noqa: E402
                                                PartitionReport)
@@ -358,3 +359,128 @@ def test_grouped_random(data):
     src = data.draw(shardings(m, rank))
     dst = data.draw(shardings(m, rank))
     run_grouped(dims, src, dst, groups)
+
+
+# -- chains of reshards: one all-to-all feeding the next ----------------------------------------
+# XLA's CPU pipeline cuts every array all-to-all into a tuple all-to-all of slices, whose
+# operands must agree in shape AND layout, and its layout-blind algebraic simplifier may
+# then forward one slice to an earlier value of the same dims. An all-to-all that read a
+# transpose (a permuted layout in XLA) passed that layout on to its result; a second
+# all-to-all fed with one forwarded piece of it and one fresh slice was refused:
+# "all-to-all has operands with different shapes: f32[1,1,2,1] vs f32[1,1,2,1]".
+TWO_ALL_TO_ALLS = """
+HloModule two_all_to_alls
+
+ENTRY main {
+  p0 = f32[1,2,1] parameter(0), sharding={devices=[2,1,1]0,1}
+  c1 = f32[1,2,1] copy(p0), sharding={devices=[1,1,2]0,1}
+  ROOT c2 = f32[1,2,1] copy(c1), sharding={devices=[2,1,1]0,1}
+}
+"""
+
+
+def verify_partitioned(module: Module, n: int) -> Module:
+    """Partition ``module`` (every instruction annotated) and check it on XLA against the
+    unpartitioned module with poisoned padding; returns the partitioned module."""
+    original = module_bytes(module)
+    result = partition(module, n, complete=True)
+    report = rt.verify(original, module_bytes(result.module), n, poison_padding=True)
+    assert report.ok, f"{report}\n{module_text(result.module)}"
+    return result.module
+
+
+def check_all_to_all_operands(module: Module) -> None:
+    """Every all-to-all reads a reshape that changes the rank (a default-layout value in
+    XLA, never a transpose or a reshape an importer folds away)."""
+    for inst in module.instructions():
+        if inst.opcode != "all-to-all":
+            continue
+        (x,) = inst.operands
+        assert x.opcode == "reshape", module_text(module)
+        assert x.operands[0].shape.rank != x.shape.rank, module_text(module)
+
+
+def test_two_all_to_alls_in_a_row_compile_and_run():
+    module = verify_partitioned(parse_module(TWO_ALL_TO_ALLS), 2)
+    assert collective_counts(module) == {"all-to-all": 2}
+    check_all_to_all_operands(module)
+
+
+def chain_module(dims, shardings: list[str], n: int, transpose_at: int | None = None,
+                 perm=None) -> Module:
+    """``p (shardings[0]) -> copy (shardings[1]) -> ...``, every value annotated; a
+    transpose by ``perm`` replaces the copy at position ``transpose_at``."""
+    m = Module("chain")
+    m.attrs = hlo_pb2.HloModuleProto()
+    comp = Computation("main")
+    m.add_computation(comp)
+    m.entry = comp
+    b = Builder(comp)
+    x = b.parameter(0, Shape.array(PrimitiveType.F32, dims), name="p")
+    x.sharding = parse_sharding(shardings[0])
+    for i, s in enumerate(shardings[1:], start=1):
+        x = b.transpose(x, perm) if i == transpose_at else b.unary("copy", x)
+        x.sharding = parse_sharding(s)
+    b.set_root(x)
+    return m
+
+
+CHAINS = [
+    # (dims, shardings along the chain, devices, all-to-alls expected)
+    ([1, 2, 1], ["{devices=[2,1,1]0,1}", "{devices=[1,1,2]0,1}", "{devices=[2,1,1]0,1}",
+                 "{devices=[1,1,2]0,1}"], 2, 3),
+    ([3, 5], ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}", "{devices=[2,1]0,1}"], 2, 2),
+    ([1, 3, 2], ["{devices=[1,2,1]<=[2]}", "{devices=[2,1,1]<=[2]}",
+                 "{devices=[1,1,2]<=[2]}", "{devices=[1,2,1]<=[2]}"], 2, 3),
+    # Two moves in one all-to-all, there and back.
+    ([4, 4, 4], ["{devices=[2,2,1]<=[4]}", "{devices=[1,1,4]<=[4]}",
+                 "{devices=[2,2,1]<=[4]}"], 4, 2),
+    ([3, 1, 5], ["{devices=[4,1,1]<=[4]}", "{devices=[1,2,2]<=[4]}",
+                 "{devices=[4,1,1]<=[4]}"], 4, 2),
+    ([8, 6], ["{devices=[8,1]<=[8]}", "{devices=[1,8]<=[8]}", "{devices=[2,4]<=[8]}",
+              "{devices=[8,1]<=[8]}"], 8, 3),
+]
+
+
+@pytest.mark.parametrize("dims,chain,n,a2a", CHAINS, ids=[" ".join(c[1]) for c in CHAINS])
+def test_chained_all_to_alls(dims, chain, n, a2a):
+    module = verify_partitioned(chain_module(dims, chain, n), n)
+    assert collective_counts(module).get("all-to-all", 0) == a2a
+    check_all_to_all_operands(module)
+
+
+def test_all_to_all_after_a_transpose():
+    """A user transpose (a permuted layout in XLA) between two all-to-alls."""
+    module = verify_partitioned(chain_module(
+        [2, 3, 1], ["{devices=[2,1,1]0,1}", "{devices=[1,1,2]0,1}", "{devices=[1,2,1]0,1}",
+                    "{devices=[2,1,1]0,1}"], 2, transpose_at=2, perm=[2, 1, 0]), 2)
+    check_all_to_all_operands(module)
+
+
+@st.composite
+def chains(draw, max_dim: int = 5):
+    n = draw(st.sampled_from([2, 4, 8]))
+    rank = draw(st.integers(1, 3))
+    dims = draw(st.lists(st.integers(1, max_dim), min_size=rank, max_size=rank))
+    a, b = draw(shardings(n, rank)), draw(shardings(n, rank))
+    length = draw(st.integers(2, 4))
+    return dims, [str(a if i % 2 == 0 else b) for i in range(length + 1)], n
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_random_reshard_chains(case):
+    """Back and forth between two random shardings: each reshard reads the last one's
+    output (all-to-all after all-to-all, with and without uneven padding)."""
+    dims, chain, n = case
+    check_all_to_all_operands(verify_partitioned(chain_module(dims, chain, n), n))
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(chains(max_dim=9))
+def test_random_reshard_chains_deep(case):
+    dims, chain, n = case
+    check_all_to_all_operands(verify_partitioned(chain_module(dims, chain, n), n))

@@ -421,3 +421,59 @@ def test_output_of_the_wrong_per_device_shape_is_reported():
     assert len(run.problems) == 1
     assert "device 0 returned shape [4, 8]" in run.problems[0]
     assert "needs [8, 4]" in run.problems[0]
+
+
+def test_module_without_parameters_needs_no_parameter_shardings():
+    """Zero entry parameters record an empty spmd_parameters_shardings, which the proto
+    cannot tell from an absent one: the runtime takes it as the empty list."""
+    original = """
+HloModule no_params
+
+ENTRY main {
+  ROOT i = s32[4,3] iota(), iota_dimension=0, sharding={devices=[2,1]0,1}
+}
+"""
+    per_device = """
+HloModule no_params_spmd
+
+ENTRY main {
+  pid = u32[] partition-id()
+  id = s32[] convert(pid)
+  two = s32[] constant(2)
+  off = s32[] multiply(id, two)
+  b = s32[2,3] broadcast(off), dimensions={}
+  i = s32[2,3] iota(), iota_dimension=0
+  ROOT r = s32[2,3] add(i, b), sharding={manual}
+}
+"""
+    partitioned = rt.with_spmd_shardings(per_device, [], "{devices=[2,1]0,1}")
+    params, output = rt.read_spmd_shardings(partitioned)
+    assert params is None and output is not None  # empty reads as absent
+    expected = np.repeat(np.arange(4, dtype=np.int32)[:, None], 3, axis=1)
+    (got,) = rt.run_partitioned(partitioned, [], 2)
+    np.testing.assert_array_equal(got, expected)
+    report = rt.verify(original, partitioned, 2)
+    assert report.ok, str(report)
+    # Parameters that exist still need their shardings.
+    case = cases.REDUCE_SCATTER
+    with pytest.raises(HloSpmdError, match="spmd_parameters_shardings"):
+        rt.run_partitioned(rt.to_proto_bytes(case.partitioned), case.inputs(), 8)
+
+
+def test_partitioner_output_without_parameters_verifies():
+    from hlo_spmd.ir.io import module_bytes
+    from hlo_spmd.ir.text_parser import parse_module
+    from hlo_spmd.passes.partition import partition
+
+    module = parse_module("""
+HloModule no_params
+
+ENTRY main {
+  i = f32[4,6] iota(), iota_dimension=1, sharding={devices=[2,1]0,1}
+  ROOT n = f32[4,6] negate(i), sharding={devices=[1,2]0,1}
+}
+""")
+    original = module_bytes(module)
+    partitioned = module_bytes(partition(module, 2, complete=True).module)
+    report = rt.verify(original, partitioned, 2, poison_padding=True)
+    assert report.ok, str(report)

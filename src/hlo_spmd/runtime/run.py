@@ -161,6 +161,10 @@ def run_unpartitioned(module: ModuleLike, inputs: Sequence[np.ndarray]) -> list[
 def _resolve_shardings(proto_bytes: bytes, sig: Signature, param_shardings, output_sharding):
     stored_params, stored_output = read_spmd_shardings(proto_bytes)
     if param_shardings is None:
+        if stored_params is None and not sig.parameters:
+            # A repeated field cannot tell "empty" from "absent": with no entry
+            # parameters there is nothing to record, and no sharding is needed.
+            stored_params = []
         if stored_params is None:
             raise HloSpmdError(
                 "the module records no spmd_parameters_shardings (HloModuleProto field "

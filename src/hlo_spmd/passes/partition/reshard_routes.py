@@ -343,16 +343,32 @@ class AllToAll(Step):
         return (g - 1) / g * _nbytes(self._padded_local(lay, dims), itemsize)
 
     def emit(self, ctx, x, lay, dims):
+        """Split every receiving dim into (its factors, its new shard), exchange the factor
+        axes, then put each received factor before its source dim and merge.
+
+        The all-to-all always reads a reshape that changes the rank, never a transpose
+        (nor a same-shape reshape, which XLA's importer folds away): XLA gives such a
+        reshape the default layout, and so the all-to-all's result. This matters on
+        XLA's CPU pipeline: the all-to-all decomposer turns the all-to-all into a tuple
+        all-to-all of slices, whose operands must agree in shape *and* layout, and the
+        layout-blind algebraic simplifier may forward one slice to an earlier value of
+        the same dims. Were an all-to-all fed a transpose (a permuted layout), its
+        result would carry that layout, and a later all-to-all given one forwarded piece
+        of it next to a fresh slice is rejected ("all-to-all has operands with different
+        shapes: f32[1,1,2,1] ... f32[1,1,2,1]"). Reordering transposes therefore come
+        after the exchange, as in XLA's own ReshardWithAllToAll."""
         from hlo_spmd.passes.partition.reshard import pad_to, slice_to
 
         bld = ctx.b
         rank = len(dims)
+        k = len(self.moves)
         fa, fb = self._factors()
         padded = self._padded_local(lay, dims)
         x = pad_to(ctx, x, padded)
-        # Split every receiving dim b into (its factors in move order, its new shard).
+        # Split every receiving dim b into (its factors in move order, its new shard): the
+        # rank grows by one axis per move.
         split: list[int] = []
-        f_axis = [0] * len(self.moves)
+        f_axis = [0] * k
         main_axis = [0] * rank
         for j in range(rank):
             if j in fb:
@@ -362,24 +378,34 @@ class AllToAll(Step):
                         split.append(f)
             main_axis[j] = len(split)
             split.append(padded[j] // fb.get(j, 1))
-        y = bld.reshape(x, split) if split != list(x.shape.dims) else x
-        perm = f_axis + main_axis
-        if perm != list(range(len(perm))):
-            y = bld.transpose(y, perm)
         rest = [split[p] for p in main_axis]
         fs = [f for _, _, f in self.moves]
-        y = bld.reshape(y, [self.group_size] + rest)
-        y = ctx.f.all_to_all(y, 0, self.groups(lay))
-        y = bld.reshape(y, fs + rest)
+        y = bld.reshape(x, split)
+        groups = self.groups(lay)
+        if k == 1:
+            # One factor axis: exchange it in place (member m gets chunk m of it and
+            # stacks what it receives along it in member order).
+            y = ctx.f.all_to_all(y, f_axis[0], groups)
+            f_pos, main_pos = f_axis, main_axis
+        else:
+            # Several: bring the factor axes together (move order: the first is the most
+            # major part of the member index) and merge them into one axis of group size;
+            # the merging reshape lowers the rank, so the all-to-all still reads a
+            # default-layout value.
+            perm = f_axis + main_axis
+            y = bld.transpose(y, perm)
+            y = bld.reshape(y, [self.group_size] + rest)
+            y = ctx.f.all_to_all(y, 0, groups)
+            y = bld.reshape(y, fs + rest)
+            f_pos, main_pos = list(range(k)), [k + j for j in range(rank)]
         # Each received factor axis goes before its source dim (the first move of a dim
         # is its most minor factor), then they merge.
-        k = len(fs)
         perm2: list[int] = []
         merged: list[int] = []
         for j in range(rank):
             if j in fa:
-                perm2 += [i for i in reversed(range(k)) if self.moves[i][0] == j]
-            perm2.append(k + j)
+                perm2 += [f_pos[i] for i in reversed(range(k)) if self.moves[i][0] == j]
+            perm2.append(main_pos[j])
             merged.append(fa.get(j, 1) * rest[j])
         if perm2 != list(range(len(perm2))):
             y = bld.transpose(y, perm2)
