@@ -18,8 +18,6 @@ the holder model of ``test_sharding_model``.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -31,7 +29,7 @@ from hlo_spmd.ir.text_parser import parse_module
 from hlo_spmd.passes.propagation import propagate
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.coverage import rule_coverage
-from hlo_spmd.sharding import HloSharding, TileAssignment, is_subtiling, parse_sharding
+from hlo_spmd.sharding import HloSharding, parse_sharding, transpose_sharding
 
 
 def _expected(text: str | None, shape) -> HloSharding | None:
@@ -1718,90 +1716,6 @@ def _even_shape(draw, s: HloSharding):
 
 @SETTINGS
 @given(st.data())
-def test_merge_of_two_replications_of_one_tiling(data):
-    """merge(rep(t, A), rep(t, B)) is rep(t, A & B): each device keeps the intersection."""
-    t = data.draw(tiled_shardings(max_rank=3, subgroups=False, manual=False))
-    assume(t.is_tiled and not t.has_partial_replication)
-    r = t.tiled_data_rank
-    a_dims = data.draw(st.sets(st.integers(0, r - 1)))
-    b_dims = data.draw(st.sets(st.integers(0, r - 1)))
-    a, b = ops.partial_replicate(t, sorted(a_dims)), ops.partial_replicate(t, sorted(b_dims))
-    merged = ops.merge_if_compatible(a, b)
-    want = ops.partial_replicate(t, sorted(a_dims & b_dims))
-    if b.is_tile_maximal:
-        assert merged == (a if not a.is_tile_maximal else None)
-        return
-    if not b.has_partial_replication or want.num_tiles < b.num_tiles + 1:
-        assert merged is None
-        return
-    assert merged == want
-    dims = data.draw(_even_shape(t))
-    n = _devices(t)
-    assert np.array_equal(holder_mask(merged, dims, n),
-                          holder_mask(a, dims, n) & holder_mask(b, dims, n))
-
-
-@st.composite
-def _refactor(draw, dims):
-    """A random reshape target for ``dims`` (same element count)."""
-    primes = []
-    for d in dims:
-        f = 2
-        while d > 1:
-            while d % f == 0:
-                primes.append(f)
-                d //= f
-            f += 1
-    rnd = draw(st.randoms(use_true_random=False))
-    rnd.shuffle(primes) if draw(st.booleans()) else None
-    out, cur = [], 1
-    for p in primes:
-        cur *= p
-        if draw(st.booleans()):
-            out.append(cur)
-            cur = 1
-    out.append(cur)
-    if draw(st.booleans()):
-        out.insert(draw(st.integers(0, len(out))), 1)
-    return tuple(out)
-
-
-@SETTINGS
-@given(st.data())
-def test_reshape_sharding_keeps_every_device_s_elements(data):
-    """A reshaped sharding never drops an element a device held (row-major reshape)."""
-    s = data.draw(tiled_shardings(max_rank=3, manual=False))
-    assume(s.is_tiled)
-    src = data.draw(_even_shape(s))
-    tgt = data.draw(_refactor(src))
-    assume(math.prod(tgt) == math.prod(src))
-    out = ops.reshape_sharding(src, tgt, s)
-    assume(out is not None and out.is_tiled)
-    n = _devices(s)
-    held = holder_mask(s, src, n).reshape((n,) + tuple(tgt))
-    now = holder_mask(out, tgt, n)
-    assert not np.any(held & ~now)
-    if out.num_tiles == s.num_tiles:
-        assert np.array_equal(held, now)
-
-
-@SETTINGS
-@given(st.data())
-def test_propagate_through_reshape_never_drops_elements(data):
-    s = data.draw(tiled_shardings(max_rank=3, manual=False))
-    assume(s.is_tiled)
-    src = data.draw(_even_shape(s))
-    tgt = data.draw(_refactor(src))
-    out = ops.propagate_through_reshape(src, tgt, s)
-    n = _devices(s)
-    if out.is_replicated:
-        return
-    held = holder_mask(s, src, n).reshape((n,) + tuple(tgt))
-    assert not np.any(held & ~holder_mask(out, tgt, n))
-
-
-@SETTINGS
-@given(st.data())
 def test_transpose_with_collapsed_dims_inserts_and_drops_unit_dims(data):
     s = data.draw(tiled_shardings(max_rank=3, manual=False))
     assume(s.is_tiled)
@@ -1821,21 +1735,6 @@ def test_transpose_with_collapsed_dims_inserts_and_drops_unit_dims(data):
 
 @SETTINGS
 @given(st.data())
-def test_is_subtiling_or_equal_agrees_with_the_model_on_even_shapes(data):
-    t = data.draw(tiled_shardings(max_rank=3, subgroups=False, manual=False))
-    assume(t.is_tiled)
-    r = t.tiled_data_rank
-    keep = data.draw(st.sets(st.integers(0, r - 1)))
-    coarse = ops.partial_replicate(t, sorted(set(range(r)) - keep))
-    dims = data.draw(_even_shape(t))
-    assert ops.is_subtiling_or_equal(dims, t, t)
-    assert ops.is_subtiling_or_equal(dims, t, coarse) == is_subtiling(t, coarse, dims)
-    if not coarse.is_tile_maximal and coarse != t:
-        assert not ops.is_subtiling_or_equal(dims, coarse, t)
-
-
-@SETTINGS
-@given(st.data())
 def test_propagate_along_dims_is_a_transpose_for_full_permutations(data):
     s = data.draw(tiled_shardings(max_rank=3, manual=False))
     assume(s.is_tiled)
@@ -1846,24 +1745,13 @@ def test_propagate_along_dims_is_a_transpose_for_full_permutations(data):
     inverse = [0] * r
     for i, p in enumerate(perm):
         inverse[p] = i
-    assert moved == ops.transpose(s, inverse)
+    assert moved == transpose_sharding(s, inverse)
 
 
-def test_remove_and_replicate_helpers():
+def test_remove_shape_dims_and_find_common_sharding():
     s = parse_sharding("{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
     assert str(ops.remove_shape_dims(s, [1])) == "{devices=[2,4]<=[8] last_tile_dim_replicate}"
-    m = parse_sharding("{devices=[1,1,4,2]<=[2,4]T(1,0) last_tile_dims={manual, replicated}}")
-    r = ops.replicate_all_data_dims(m, 3)
-    assert r.tiled_data_rank == 3 and r.is_manual_subgroup
-    assert ops.replicate_all_data_dims(parse_sharding("{devices=[2,4]<=[8]}")).is_replicated
     other = parse_sharding("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}")
     assert ops.find_common_sharding([s, other]) == parse_sharding("{devices=[2,4]<=[8]}")
     clash = parse_sharding("{devices=[1,4,2]<=[8] last_tile_dim_replicate}")
     assert ops.find_common_sharding([s, clash]) == s
-
-
-def test_reshape_sharding_uses_gcd_for_transposing_reshapes():
-    # XLA's own example: f32[6,4] {devices=[6,1]} -> f32[4,6] keeps gcd(6,4)=2 tiles.
-    s = HloSharding.tile(TileAssignment([6, 1]))
-    out = ops.reshape_sharding((6, 4), (4, 6), s)
-    assert str(out) == "{devices=[2,1,3]<=[6] last_tile_dim_replicate}"

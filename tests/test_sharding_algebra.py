@@ -14,10 +14,11 @@ from test_sharding_model import (SETTINGS, holder_mask, manual_group_of_device,
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.sharding import (HloSharding, TileAssignment, device_offsets, improve_sharding,
                                is_finer, is_spatially_partitioned, is_subtiling,
-                               merge_compatible, parse_sharding, partial_replicate,
-                               partial_replicate_all_except, propagate_through_reshape,
-                               replicate_all_data_dims, reshape_sharding, reverse_sharding,
-                               shard_bounds, tile_shape, transpose_sharding)
+                               merge_compatible, merge_if_compatible, merge_sharding,
+                               parse_sharding, partial_replicate, partial_replicate_all_except,
+                               propagate_through_reshape, replicate_all_data_dims,
+                               reshape_sharding, reverse_sharding, shard_bounds, tile_shape,
+                               transpose_sharding)
 
 
 def n_dev(s: HloSharding) -> int:
@@ -106,6 +107,17 @@ def test_partial_replicate_matches_model(ss, data):
     assert partial_replicate_all_except(s, keep) == out
 
 
+def test_results_carry_their_own_metadata():
+    # The maps are memoised; equal shardings with other metadata must not share results.
+    a = parse_sharding("{devices=[2,2]<=[4] metadata={op_name=\"a\"}}")
+    b = parse_sharding("{devices=[2,2]<=[4] metadata={op_name=\"b\"}}")
+    for f in (lambda s: partial_replicate(s, [0]), lambda s: transpose_sharding(s, [1, 0]),
+              lambda s: reshape_sharding(s, (4, 4), (16,)),
+              lambda s: propagate_through_reshape(s, (4, 4), (2, 8))):
+        ra, rb = f(a), f(b)
+        assert ra == rb and ra.metadata == a.metadata and rb.metadata == b.metadata
+
+
 def test_partial_replicate_examples():
     s = parse_sharding("{devices=[2,2]<=[4]}")
     assert str(partial_replicate(s, [0])) == \
@@ -117,6 +129,10 @@ def test_partial_replicate_examples():
         "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dims={manual, replicated}}"
     assert replicate_all_data_dims(s).is_replicated
     assert partial_replicate(HloSharding.manual(), [0]).is_manual
+    m = parse_sharding("{devices=[1,1,4,2]<=[2,4]T(1,0) last_tile_dims={manual, replicated}}")
+    r = replicate_all_data_dims(m, 3)  # re-ranked for a rank-3 value
+    assert r.tiled_data_rank == 3 and r.is_manual_subgroup
+    assert str(r) == "{devices=[1,1,1,4,2]<=[2,4]T(1,0) last_tile_dims={manual, replicated}}"
 
 
 # -- transpose / reverse -----------------------------------------------------------
@@ -183,6 +199,26 @@ def reshape_target(draw, dims):
     return out or [1]
 
 
+@st.composite
+def shuffled_target(draw, dims):
+    """Out dims regrouping the prime factors of ``dims``, often in another order (so
+    the reshape transposes elements, the case of XLA's gcd rule)."""
+    primes = [f for d in dims for f in _factors(d)]
+    rnd = draw(st.randoms(use_true_random=False))
+    if draw(st.booleans()):
+        rnd.shuffle(primes)
+    out, cur = [], 1
+    for p in primes:
+        cur *= p
+        if draw(st.booleans()):
+            out.append(cur)
+            cur = 1
+    out.append(cur)
+    if draw(st.booleans()):
+        out.insert(draw(st.integers(0, len(out))), 1)
+    return out
+
+
 @SETTINGS
 @given(tiled_shardings(max_rank=3), st.data())
 def test_reshape_keeps_every_devices_elements(s, data):
@@ -190,23 +226,37 @@ def test_reshape_keeps_every_devices_elements(s, data):
     even = data.draw(st.booleans())
     dims = tuple(t * data.draw(st.sampled_from([1, 2, 4, 6])) if even else
                  data.draw(st.integers(1, 12)) for t in tiles)
-    out_dims = tuple(data.draw(reshape_target(dims)))
+    out_dims = tuple(data.draw(st.one_of(reshape_target(dims), shuffled_target(dims))))
     out = reshape_sharding(s, dims, out_dims)
     if out is None:
         return
     n = n_dev(s)
     src = holder_mask(s, dims, n).reshape(n, -1)
     dst = holder_mask(out, out_dims, n).reshape(n, -1)
-    if any(d == 1 and t > 1 for d, t in zip(dims, tiles)):
-        assert (dst >= src).all()  # tiled size-1 dims get replicated
-    else:
+    assert (dst >= src).all()  # tiles not carried over (gcd, size-1 dims) are replicated
+    if out.num_tiles == s.num_tiles:
         assert np.array_equal(dst, src)
     assert_same_manual_groups(s, out)
 
 
 @pytest.mark.parametrize("text,src,dst,want", [
     ("{devices=[2,1]<=[2]}", (4, 6), (24,), "{devices=[2]<=[2]}"),
-    ("{devices=[2,2]<=[4]}", (4, 6), (24,), None),
+    # Dim 1's tiles cannot follow dim 0's into the merged dim: replicated.
+    ("{devices=[2,2]<=[4]}", (4, 6), (24,), "{devices=[2,2]<=[4] last_tile_dim_replicate}"),
+    # XLA's own gcd example: a transposing reshape keeps gcd(6, 4) = 2 tiles.
+    ("{devices=[6,1]<=[6]}", (6, 4), (4, 6), "{devices=[2,1,3]<=[6] last_tile_dim_replicate}"),
+    ("{devices=[3,3]<=[9]}", (1, 1), (1,), "{devices=[3,3]<=[9] last_tile_dim_replicate}"),
+    # Nothing carries over as XLA walks the dims (although each device's two elements
+    # happen to be a tile of [3,2,1]).
+    ("{devices=[2,3]<=[6]}", (2, 3), (3, 2, 1), None),
+    # XLA folds the uneven (2, 1) shards of dim 1 into the merged dim: [6] would give
+    # device 1 the elements 2..3 instead of 0..1 (and device 2 the elements 3..4 of row 1).
+    ("{devices=[3,2]<=[6]}", (3, 3), (9,), None),
+    # Tiles left over join the replication, not the manual groups (XLA reshapes the
+    # tile array in place, so dim 1's tiles would turn into the manual subgroup).
+    ("{devices=[3,2,2]<=[12] last_tile_dims={manual}}", (12, 12), (3, 8, 3, 2),
+     "{devices=[3,1,1,1,2,2]<=[3,2,2]T(0,2,1) last_tile_dims={manual, replicated}}"),
+    ("{devices=[3]<=[3]}", (1,), (1, 1), "{devices=[3,1]<=[3]}"),
     ("{devices=[4]<=[4]}", (12,), (2, 6), "{devices=[2,2]<=[4]}"),
     ("{devices=[2]<=[2]}", (8,), (4, 2), "{devices=[2,1]<=[2]}"),
     ("{devices=[1,2]<=[2]}", (4, 6), (4, 2, 3), "{devices=[1,2,1]<=[2]}"),
@@ -228,7 +278,7 @@ def test_reshape_examples(text, src, dst, want):
 def test_propagate_through_reshape_never_loses_elements(s, data):
     tiles = s.tile_dims_for_data()
     dims = tuple(t * data.draw(st.sampled_from([1, 2, 3])) for t in tiles)
-    out_dims = tuple(data.draw(reshape_target(dims)))
+    out_dims = tuple(data.draw(st.one_of(reshape_target(dims), shuffled_target(dims))))
     out = propagate_through_reshape(s, dims, out_dims)
     n = n_dev(s)
     src = holder_mask(s, dims, n).reshape(n, -1)
@@ -245,6 +295,22 @@ def test_propagate_through_reshape_partial_success():
     s = parse_sharding("{devices=[2,2]<=[4]}")
     out = propagate_through_reshape(s, (4, 6), (4, 3, 2))
     assert str(out) == "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}"
+    # Manual subgroups stay; the data part propagates within each manual group.
+    m = parse_sharding("{devices=[2,2,2]<=[8] last_tile_dims={manual}}")
+    out = propagate_through_reshape(m, (4, 6), (4, 3, 2))
+    assert str(out) == "{devices=[2,1,1,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={manual, replicated}}"
+
+
+def test_propagate_through_reshape_keeps_xla_layout_for_tiled_size1_dims():
+    # f32[1,8,16] {devices=[4,2,1]} -> f32[8,16] (fixture pipeline_shift): only devices 0
+    # and 1 hold data.  reshape_sharding keeps them in place; XLA's interval search lays
+    # the devices out as if dim 0 were untiled (device 1 moves to rows 0..3), and
+    # propagation must pick what XLA picks.
+    s = parse_sharding("{devices=[4,2,1]<=[8]}")
+    assert str(reshape_sharding(s, (1, 8, 16), (8, 16))) == \
+        "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"
+    assert str(propagate_through_reshape(s, (1, 8, 16), (8, 16))) == \
+        "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"
 
 
 # -- merge ---------------------------------------------------------------------------
@@ -280,6 +346,48 @@ def test_merge_is_sound_for_arbitrary_pairs(data):
     n = n_dev(a)
     want = holder_mask(a, dims, n) & holder_mask(b, dims, n)
     assert np.array_equal(holder_mask(m, dims, n), want)
+
+
+@SETTINGS
+@given(st.data())
+def test_merge_if_compatible_of_two_replications_of_one_tiling(data):
+    """XLA's preconditions: dst tile-maximal is replaced, dst must be partially replicated
+    and the merge must beat dst's tile count; then it is the intersection."""
+    t = data.draw(tiled_shardings(max_rank=3, subgroups=False, manual=False))
+    r = t.tiled_data_rank
+    a_dims = data.draw(st.sets(st.integers(0, r - 1)))
+    b_dims = data.draw(st.sets(st.integers(0, r - 1)))
+    a, b = partial_replicate(t, sorted(a_dims)), partial_replicate(t, sorted(b_dims))
+    merged = merge_if_compatible(a, b)
+    want = partial_replicate(t, sorted(a_dims & b_dims))
+    if b.is_tile_maximal:
+        assert merged == (a if not a.is_tile_maximal else None)
+        return
+    if not b.has_partial_replication or want.num_tiles < b.num_tiles + 1:
+        assert merged is None
+        return
+    assert merged == want
+    dims = tuple(x * data.draw(st.integers(1, 3)) for x in t.tile_dims_for_data())
+    n = n_dev(t)
+    assert np.array_equal(holder_mask(merged, dims, n),
+                          holder_mask(a, dims, n) & holder_mask(b, dims, n))
+
+
+def test_merge_sharding_is_xla_merge_sharding():
+    a = parse_sharding("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")
+    b = parse_sharding("{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}")
+    t2, t4 = parse_sharding("{devices=[2,1]<=[2]}"), parse_sharding("{devices=[2,2]<=[4]}")
+    assert merge_sharding(a, b) == (True, parse_sharding("{devices=[2,2]<=[4]}"))
+    assert merge_sharding(a, b, may_combine_partial_sharding=False) == (False, b)
+    assert merge_sharding(t2, t4) == (True, t4) and merge_sharding(t4, t2) == (False, t2)
+    # Tuples: accepted if any leaf is, and (unlike improve_sharding) every leaf is the
+    # candidate's.
+    assert merge_sharding(HloSharding.tuple([t2, t4]), HloSharding.tuple([t4, t2])) == \
+        (True, HloSharding.tuple([t4, t2]))
+    assert merge_if_compatible(t2, HloSharding.replicate()) == t2
+    assert merge_if_compatible(HloSharding.replicate(), a) is None
+    assert merge_if_compatible(a, t4) is None  # dst not partially replicated
+    assert merge_if_compatible(a, b, minimum_tiles=5) is None
 
 
 def test_merge_examples():
@@ -341,6 +449,36 @@ def test_is_subtiling_matches_model(data):
     n = max(n_dev(a), b.tile_assignment.num_devices if b.is_tiled else 0)
     ma, mb = holder_mask(a, dims, n), holder_mask(b, dims, n)
     assert is_subtiling(a, b, dims) == bool((mb >= ma).all())
+
+
+@SETTINGS
+@given(st.data())
+def test_is_subtiling_of_coarsenings_on_even_shapes(data):
+    t = data.draw(tiled_shardings(max_rank=3, subgroups=False, manual=False))
+    r = t.tiled_data_rank
+    keep = data.draw(st.sets(st.integers(0, r - 1)))
+    coarse = partial_replicate(t, sorted(set(range(r)) - keep))
+    dims = tuple(x * data.draw(st.integers(1, 3)) for x in t.tile_dims_for_data())
+    assert is_subtiling(t, t, dims) and is_subtiling(t, coarse, dims)
+    if not coarse.is_tile_maximal and coarse != t:
+        assert not is_subtiling(coarse, t, dims)
+
+
+def test_is_subtiling_padding_shards():
+    # f32[5] over 4 then 2 tiles: shards [0,2) [2,4) [4,5) [5,5) and [0,3) [3,5).
+    fine = parse_sharding("{devices=[4]<=[4]}")
+    coarse = parse_sharding("{devices=[2,2]<=[4] last_tile_dim_replicate}")
+    assert not is_subtiling(fine, coarse, (5,))  # device 1's [2,4) is not inside [0,3)
+    # f32[1]: only device 0 holds data under either; the others' shards are all padding
+    # and lie within anything (XLA compares their padded offsets and says no).
+    assert is_subtiling(parse_sharding("{devices=[3]0,2,1}"), parse_sharding("{devices=[3]<=[3]}"),
+                        (1,))
+    # f32[7]: device 3 holds [6,7) under a but [0,4) under b (XLA skips the check of a's
+    # last, partly padded shard and says yes).
+    a = parse_sharding("{devices=[6]5,2,1,3,0,4}")
+    b = parse_sharding("{devices=[2,3]2,3,5,0,1,4 last_tile_dim_replicate}")
+    assert not is_subtiling(a, b, (7,))
+    assert not is_subtiling(fine, fine, (5, 1))  # other rank: never compares (as XLA)
 
 
 # -- scale -----------------------------------------------------------------------------

@@ -7,11 +7,12 @@ sharding-to-sharding maps), ``grouping`` (device groups, replica groups).
 """
 from hlo_spmd.sharding.algebra import (compact, device_offsets, improve_sharding, is_finer,
                                        is_spatially_partitioned, is_subtiling, merge_compatible,
-                                       partial_replicate, partial_replicate_all_except,
-                                       propagate_through_reshape, replicate_all_data_dims,
-                                       reshape_sharding, reverse_sharding, shard_bounds,
+                                       merge_if_compatible, merge_sharding, partial_replicate,
+                                       partial_replicate_all_except, propagate_through_reshape,
+                                       replicate_all_data_dims, reshape_sharding,
+                                       reverse_sharding, shard_bounds,
                                        sharding_from_tile_indices, tile_coords, tile_shape,
-                                       transpose_sharding)
+                                       transpose_sharding, with_tile_assignment)
 from hlo_spmd.sharding.grouping import (GroupedSharding, group_by_all_dims_except,
                                         group_by_dims, iota_replica_groups, ungroup)
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardGroup, ShardingType
@@ -27,8 +28,9 @@ __all__ = [
     "from_proto", "mesh_split", "named_split", "tile_shape", "tile_coords", "shard_bounds",
     "device_offsets", "partial_replicate", "partial_replicate_all_except",
     "replicate_all_data_dims", "transpose_sharding", "reshape_sharding",
-    "propagate_through_reshape", "reverse_sharding", "merge_compatible", "is_finer",
-    "improve_sharding", "is_spatially_partitioned", "is_subtiling", "compact",
-    "sharding_from_tile_indices", "GroupedSharding", "group_by_dims",
+    "propagate_through_reshape", "reverse_sharding", "merge_compatible", "merge_if_compatible",
+    "merge_sharding", "is_finer", "improve_sharding", "is_spatially_partitioned", "is_subtiling",
+    "compact", "sharding_from_tile_indices", "with_tile_assignment", "GroupedSharding",
+    "group_by_dims",
     "group_by_all_dims_except", "ungroup", "iota_replica_groups",
 ]

@@ -11,13 +11,19 @@ device is the set of real (unpadded) elements it holds; every function here is
 property-tested against a direct model of holder sets.
 
 Where XLA has the same function (hlo_sharding_util.cc), the result has XLA's
-value; results are re-compacted to iota form when possible, so they may print
-more compactly than XLA would print the same value.
+value (propagation relies on that); results are re-compacted to iota form when
+possible, so they may print more compactly than XLA would print the same value.
+The exceptions, where XLA's value is wrong under the holder model, are listed in
+reshape_sharding and is_subtiling; propagate_through_reshape keeps XLA's value
+even where it is wrong, because propagation has to pick what XLA picks.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,12 +36,38 @@ __all__ = [
     "tile_shape", "tile_coords", "shard_bounds", "device_offsets", "partial_replicate",
     "partial_replicate_all_except", "replicate_all_data_dims", "transpose_sharding",
     "reshape_sharding", "propagate_through_reshape", "reverse_sharding", "merge_compatible",
-    "is_finer", "improve_sharding", "is_spatially_partitioned", "is_subtiling", "compact",
-    "sharding_from_tile_indices",
+    "merge_if_compatible", "merge_sharding", "is_finer", "improve_sharding",
+    "is_spatially_partitioned", "is_subtiling", "compact", "sharding_from_tile_indices",
+    "with_tile_assignment",
 ]
 
 
 # -- small helpers ------------------------------------------------------------
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _memoised(fn: _F) -> _F:
+    """Memoise a sharding map on its positional arguments (dims become tuples).
+
+    Propagation asks for the same few maps over and over.  Metadata is part of the
+    key: HloSharding equality ignores it, but results carry it along.
+    """
+    @functools.lru_cache(maxsize=1 << 16)
+    def cached(args: tuple[Any, ...], _metadata: tuple[Any, ...]) -> Any:
+        return fn(*args)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            return fn(*args, **kwargs)
+        key = tuple(a if a is None or isinstance(a, (HloSharding, int))
+                    else tuple(int(x) for x in a) for a in args)
+        md = tuple(tuple(e.metadata for e in a.tuple_elements) if a.is_tuple else a.metadata
+                   for a in key if isinstance(a, HloSharding))
+        return cached(key, md)
+    return wrapper  # type: ignore[return-value]
+
+
 def compact(sharding: HloSharding) -> HloSharding:
     """Same value with explicit tile arrays turned into iota form where possible."""
     if sharding.is_tuple:
@@ -52,6 +84,13 @@ def _require_leaf(sharding: HloSharding, what: str) -> None:
         raise ShardingError(f"{what} needs a non-tuple sharding, got {sharding}")
 
 
+def _tiling(sharding: HloSharding, what: str) -> tuple[TileAssignment, int] | None:
+    """(tile assignment, data rank) of a tiled leaf; None for another leaf (tuple: error)."""
+    _require_leaf(sharding, what)
+    ta, r = sharding.tile_assignment, sharding.tiled_data_rank
+    return None if ta is None or r is None else (ta, r)
+
+
 def _check_rank(sharding: HloSharding, dims: Sequence[int]) -> tuple[int, ...]:
     dims_t = tuple(int(d) for d in dims)
     if sharding.is_tiled and sharding.tiled_data_rank != len(dims_t):
@@ -59,6 +98,17 @@ def _check_rank(sharding: HloSharding, dims: Sequence[int]) -> tuple[int, ...]:
             f"sharding {sharding} tiles {sharding.tiled_data_rank} dims but the shape "
             f"{list(dims_t)} has rank {len(dims_t)}")
     return dims_t
+
+
+def with_tile_assignment(like: HloSharding, ta: TileAssignment) -> HloSharding:
+    """``like``'s kind of tiling (partial, or its subgroup types) over tile array ``ta``.
+
+    XLA's ``ReplicateOnLastTileDim() ? PartialTile(ta) : Subgroup(ta, subgroup_types())``,
+    with ``like``'s metadata.
+    """
+    if like.replicate_on_last_tile_dim:
+        return HloSharding._partial_tile(ta, like.metadata)
+    return HloSharding._subgroup_impl(ta, like.subgroup_types, like.metadata)
 
 
 def tile_shape(sharding: HloSharding, dims: Sequence[int]) -> tuple[int, ...]:
@@ -156,17 +206,16 @@ def device_offsets(sharding: HloSharding, dims: Sequence[int],
 
 
 # -- sharding -> sharding maps -------------------------------------------------
+@_memoised
 def transpose_sharding(sharding: HloSharding, perm: Sequence[int]) -> HloSharding:
     """Sharding of ``transpose(x, perm)`` given x's sharding (XLA's TransposeSharding).
 
     ``perm`` covers the data dims (subgroup dims stay put) or all tile dims.
     """
-    _require_leaf(sharding, "transpose_sharding")
-    if not sharding.is_tiled:
+    tiling = _tiling(sharding, "transpose_sharding")
+    if tiling is None:
         return sharding
-    ta = sharding.tile_assignment
-    r = sharding.tiled_data_rank
-    assert ta is not None and r is not None
+    ta, r = tiling
     p = [int(x) for x in perm]
     if len(p) == r:
         if sorted(p) != list(range(r)):
@@ -176,25 +225,22 @@ def transpose_sharding(sharding: HloSharding, perm: Sequence[int]) -> HloShardin
         raise ShardingError(f"perm {p} fits neither the {r} data dims nor the {ta.ndim} tile dims")
     new_ta = ta.transpose(p)
     if sharding.replicate_on_last_tile_dim:
-        res = HloSharding._partial_tile(new_ta, sharding.metadata)
-    else:
-        types = tuple(sharding.subgroup_types[i - r] for i in p[r:])
-        res = HloSharding._subgroup_impl(new_ta, types, sharding.metadata)
-    return compact(res)
+        return compact(with_tile_assignment(sharding, new_ta))
+    types = tuple(sharding.subgroup_types[i - r] for i in p[r:])
+    return compact(HloSharding._subgroup_impl(new_ta, types, sharding.metadata))
 
 
+@_memoised
 def partial_replicate(sharding: HloSharding, dims_to_replicate: Sequence[int]) -> HloSharding:
     """Stop tiling the given data dims; their devices join the replication group.
 
     XLA's PartiallyReplicateTiledShardingOnDims.  Dims outside the data rank
     are ignored; untiled shardings come back unchanged.
     """
-    _require_leaf(sharding, "partial_replicate")
-    if not sharding.is_tiled:
+    tiling = _tiling(sharding, "partial_replicate")
+    if tiling is None:
         return sharding
-    ta = sharding.tile_assignment
-    r = sharding.tiled_data_rank
-    assert ta is not None and r is not None
+    ta, r = tiling
     valid = [int(d) for d in dims_to_replicate if 0 <= int(d) < r]
     group = math.prod(ta.dims[d] for d in valid)
     if group == 1:
@@ -220,23 +266,31 @@ def partial_replicate(sharding: HloSharding, dims_to_replicate: Sequence[int]) -
 
 def partial_replicate_all_except(sharding: HloSharding, dims_to_keep: Sequence[int]) -> HloSharding:
     """Replicate every data dim not in ``dims_to_keep``."""
-    _require_leaf(sharding, "partial_replicate_all_except")
-    if not sharding.is_tiled:
+    tiling = _tiling(sharding, "partial_replicate_all_except")
+    if tiling is None:
         return sharding
-    r = sharding.tiled_data_rank
-    assert r is not None
     keep = {int(d) for d in dims_to_keep}
-    return partial_replicate(sharding, [d for d in range(r) if d not in keep])
+    return partial_replicate(sharding, [d for d in range(tiling[1]) if d not in keep])
 
 
-def replicate_all_data_dims(sharding: HloSharding) -> HloSharding:
-    """Replicate all data, keeping manual (and other non-replicated) subgroups."""
+def replicate_all_data_dims(sharding: HloSharding, rank: int = -1) -> HloSharding:
+    """Replicate all data, keeping manual (and other non-replicated) subgroups.
+
+    XLA's ReplicateAllDataDims: with ``rank`` >= 0 a remaining subgroup sharding is
+    re-ranked to ``rank`` data dims (all of one tile), e.g. for a reshape's result.
+    """
     _require_leaf(sharding, "replicate_all_data_dims")
     if sharding.is_manual:
         return sharding
     if not sharding.subgroup_types:
         return HloSharding.replicate(sharding.metadata)
-    return partial_replicate_all_except(sharding, ())
+    result = partial_replicate_all_except(sharding, ())
+    r = result.tiled_data_rank
+    if rank >= 0 and result.is_tiled and r != rank:
+        ta = result.tile_assignment
+        assert ta is not None and r is not None
+        result = with_tile_assignment(result, ta.reshape((1,) * rank + ta.dims[r:]))
+    return result
 
 
 def reverse_sharding(sharding: HloSharding, dims: Sequence[int]) -> HloSharding:
@@ -251,25 +305,32 @@ def reverse_sharding(sharding: HloSharding, dims: Sequence[int]) -> HloSharding:
     ta = sharding.tile_assignment
     assert ta is not None
     arr = np.flip(ta.array(), axis=tuple(int(d) for d in dims))
-    new_ta = TileAssignment.from_array(arr)
-    if sharding.replicate_on_last_tile_dim:
-        res = HloSharding._partial_tile(new_ta, sharding.metadata)
-    else:
-        res = HloSharding._subgroup_impl(new_ta, sharding.subgroup_types, sharding.metadata)
-    return compact(res)
+    return compact(with_tile_assignment(sharding, TileAssignment.from_array(arr)))
 
 
+@_memoised
 def reshape_sharding(sharding: HloSharding, in_dims: Sequence[int],
                      out_dims: Sequence[int]) -> HloSharding | None:
-    """Sharding of ``reshape(x, out_dims)`` keeping every device's elements, or None.
+    """Sharding of ``reshape(x, out_dims)`` in which every device keeps its elements, or None.
 
-    Follows XLA's ReshapeSharding rules: add/remove size-1 dims, split a dim
-    into consecutive dims, merge consecutive dims where only the most major is
-    sharded (or minor shards are whole elements), reshape unsharded dims
-    freely.  A size-1 dim that is tiled (all but one shard are padding) is
-    replicated first, which is the one place the result holds more than the
-    input.  None when the element blocks cannot be expressed as a tiling of
-    ``out_dims``.
+    XLA's ReshapeSharding (the current, gcd-based one).  Source and target dims are
+    walked major to minor and each source dim's tiles carried over: size-1 dims come
+    and go, a dim splits into consecutive dims, consecutive dims merge while the tiles
+    stay contiguous, unsharded dims reshape freely.  Where only part of a source dim's
+    tiles can be carried (a transposing reshape: ``[6,4] -> [4,6]`` tiled ``[6,1]``
+    keeps ``gcd(6,4) = 2`` tiles) the walk stops, and the tiles not carried join the
+    replication group, so each device then holds more than before, never less; so do
+    tiled size-1 source dims that meet no size-1 target dim.  Each device has exactly
+    the elements it had when the result has as many tiles as the input.  None when
+    no tile at all carries over.
+
+    Two departures from XLA, both where XLA's result would lose elements:
+    * None where a source dim with uneven shards would be folded in as the minor part
+      of a target dim already split by a more major source dim (its shards would not
+      be contiguous tiles of the target dim);
+    * tiles left over go to the replication subgroup; XLA reshapes the tile array in
+      place, which moves them into the manual (or other) subgroup dims when there are
+      any.
     """
     _require_leaf(sharding, "reshape_sharding")
     src = tuple(int(d) for d in in_dims)
@@ -279,143 +340,149 @@ def reshape_sharding(sharding: HloSharding, in_dims: Sequence[int],
     if not sharding.is_tiled:
         return sharding
     _check_rank(sharding, src)
-    tiles = sharding.tile_dims_for_data()
-    ones = [i for i, (d, t) in enumerate(zip(src, tiles)) if d == 1 and t > 1]
-    if ones:
-        sharding = partial_replicate(sharding, ones)
-        if not sharding.is_tiled:
-            return sharding
-        tiles = sharding.tile_dims_for_data()
+    carried, to_replicate = _carry_tiles(src, tgt, sharding.tile_dims_for_data())
+    if math.prod(carried) == 1:
+        return None
+    carried += [1] * (len(tgt) - len(carried))
+    if to_replicate:
+        sharding = partial_replicate(sharding, to_replicate)
     ta = sharding.tile_assignment
-    r = sharding.tiled_data_rank
-    assert ta is not None and r is not None
-    # Stacks hold dims minor-last so pop() yields the most major remaining dim.
-    s_stack = list(reversed(src))
-    p_stack = list(reversed(tiles))
-    t_stack = list(reversed(tgt))
-    out_tiles: list[int] = []
-    inplace = False
+    assert ta is not None  # some data tiles are carried, so some are left tiled
+    r = len(src)
+    sub = list(ta.dims[r:])
+    types = sharding.subgroup_types or (
+        (ShardingType.REPLICATED,) if sharding.replicate_on_last_tile_dim else ())
+    kept = math.prod(carried)
+    left = math.prod(ta.dims[:r]) // kept
+    if left == 1:
+        new_ta = ta.reshape(carried + sub)
+    else:
+        # The carried tiles are a major (row-major prefix) part of the data tiles; the
+        # rest moves behind the subgroup dims as one more replication dim.
+        new_ta = (ta.reshape([kept, left] + sub).transpose([0] + list(range(2, len(sub) + 2)) + [1])
+                  .reshape(carried + sub + [left]))
+        types += (ShardingType.REPLICATED,)
+    return compact(HloSharding._subgroup_impl(new_ta, tuple(types), sharding.metadata))
 
-    def append(size: int) -> None:
+
+def _carry_tiles(src: tuple[int, ...], tgt: tuple[int, ...],
+                 tiles: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(tiles of the leading target dims, tiled size-1 source dims to replicate).
+
+    The tiles carried are always a row-major prefix of the source data tiles.
+    """
+    # Stacks hold dims minor-first so pop() yields the most major remaining one; a
+    # source entry is [size, tiles, source dim].
+    s_stack = [[d, t, i] for i, (d, t) in reversed(list(enumerate(zip(src, tiles))))]
+    t_stack = list(reversed(tgt))
+    out: list[int] = []
+    to_replicate: list[int] = []
+    inplace = False  # the last target dim continues: its minor part is back on t_stack
+
+    def append(n: int) -> None:
         nonlocal inplace
         if inplace:
-            out_tiles[-1] *= size
+            out[-1] *= n
         else:
-            out_tiles.append(size)
+            out.append(n)
         inplace = False
 
-    while s_stack or t_stack:
-        if not t_stack:
-            if math.prod(p_stack) != 1:
-                return None
+    while s_stack and t_stack and math.prod(e[1] for e in s_stack) != 1:
+        # Unsharded source dims fold together and cover whole target dims.
+        size, idx = 1, -1
+        while s_stack and s_stack[-1][1] == 1:
+            size *= s_stack[-1][0]
+            idx = s_stack.pop()[2]
+        while t_stack and t_stack[-1] > 1 and size % t_stack[-1] == 0:
+            size //= t_stack.pop()
+            append(1)
+        if size != 1:
+            s_stack.append([size, 1, idx])
+        if not s_stack or not t_stack:
             break
-        s_size, s_parts = 1, 1
-        if s_stack:
-            s_size = s_stack.pop()
-            s_parts = p_stack.pop()
+        s_size, s_parts, idx = s_stack.pop()
         t_size = t_stack.pop()
-        if s_parts * math.prod(p_stack) == 1:
-            append(1)  # nothing sharded remains: the rest reshapes freely
-            continue
-        if s_parts > 1 and s_size % s_parts == 0 and t_size % s_parts == 0:
-            # Peel the partitions off both dims and continue on shard-sized dims.
-            s_stack.append(s_size // s_parts)
-            t_stack.append(t_size // s_parts)
-            p_stack.append(1)
-            append(s_parts)
-            inplace = True
-            continue
         if s_size == t_size:
             if inplace and s_size % s_parts:
-                # This dim is the minor part of a target dim already split by a
-                # major source dim; uneven shards here would not be contiguous
-                # tiles of the target dim (XLA's ReshapeSharding misses this).
-                return None
+                return [], []  # uneven shards as the minor part of a split target dim
             append(s_parts)
         elif t_size == 1:
             append(1)
-            s_stack.append(s_size)
-            p_stack.append(s_parts)
+            s_stack.append([s_size, s_parts, idx])
         elif s_size == 1:
-            t_stack.append(t_size)  # s_parts == 1 here: tiled size-1 dims were replicated
-        elif s_size > t_size:
-            if s_size % t_size or s_size % s_parts:
-                return None
-            if t_size % s_parts == 0:
-                append(s_parts)
-                s_stack.append(s_size // t_size)
-                p_stack.append(1)
-            elif s_parts % t_size == 0:
-                append(t_size)
-                s_stack.append(s_size // t_size)
-                p_stack.append(s_parts // t_size)
-            else:
-                return None
-        else:
-            # Merge with the next source dim; only contiguous blocks survive.
-            if s_size % s_parts:
-                return None
-            if not s_stack:
-                return None
-            if p_stack[-1] != 1 and s_size != s_parts:
-                return None
-            s_stack[-1] *= s_size
-            p_stack[-1] *= s_parts
             t_stack.append(t_size)
-    if len(out_tiles) != len(tgt):
-        return None
-    new_dims = out_tiles + list(ta.dims[r:])
-    new_ta = ta.reshape(new_dims)
-    if sharding.replicate_on_last_tile_dim:
-        res = HloSharding._partial_tile(new_ta, sharding.metadata)
-    else:
-        res = HloSharding._subgroup_impl(new_ta, sharding.subgroup_types, sharding.metadata)
-    return compact(res)
+            if s_parts > 1:
+                to_replicate.append(idx)
+        elif s_parts == 1:
+            if not s_stack or s_stack[-1][1] != 1:
+                break
+            s_stack[-1][0] *= s_size
+        elif s_size % s_parts:
+            return [], []
+        else:
+            g = math.gcd(s_parts, t_size)
+            if g == 1:
+                break
+            s_stack.append([s_size // g, s_parts // g, idx])
+            t_stack.append(t_size // g)
+            append(g)
+            inplace = True
+    return out, to_replicate
 
 
+@_memoised
 def propagate_through_reshape(sharding: HloSharding, in_dims: Sequence[int],
                               out_dims: Sequence[int]) -> HloSharding:
-    """Best sharding for ``reshape(x, out_dims)`` that never needs data movement.
+    """Best sharding for ``reshape(x, out_dims)`` that keeps data in place, as XLA picks it.
 
-    XLA's PropagateShardingThroughReshape: try runs of consecutive source dims
-    (longest first), reshape the sharding restricted to that run, and merge
-    every compatible result.  Always returns a sharding (replicated at worst);
-    every device's holder set contains its source holder set.
+    XLA's PropagateShardingThroughReshape: for each start dim, runs of consecutive
+    source dims (longest first) keep their tiles, the rest replicated; the run's
+    reshaped tiling (reshape_sharding) is merged into the result and the start moves
+    past a run that merges.  The whole shape is tried first, so this is
+    reshape_sharding's result whenever that exists.  Manual subgroups are kept: the
+    data part is propagated within each manual group.  Always a sharding (replicated
+    data at worst).
+
+    Every device keeps the elements it held, except where a size-1 source dim is
+    tiled (all its shards but the first are padding): XLA lays the run's devices out
+    as though that dim were not tiled, so the devices of its padding shards trade
+    places with devices that hold data.  This keeps XLA's result (fixture
+    pipeline_shift relies on it); reshape_sharding itself has no such exception.
     """
     _require_leaf(sharding, "propagate_through_reshape")
     if not sharding.is_tiled:
         return sharding
-    whole = reshape_sharding(sharding, in_dims, out_dims)
-    if whole is not None:
-        return whole
     src = tuple(int(d) for d in in_dims)
-    result = replicate_all_data_dims(sharding)
-    if result.is_tiled and result.tiled_data_rank != len(tuple(out_dims)):
-        # Re-rank the subgroup-only sharding for the output shape.
-        ta = result.tile_assignment
-        assert ta is not None
-        nsub = result.num_subgroup_dims
-        result = HloSharding._subgroup_impl(
-            ta.reshape((1,) * len(tuple(out_dims)) + ta.dims[ta.ndim - nsub:]),
-            (ShardingType.REPLICATED,) if result.replicate_on_last_tile_dim
-            else result.subgroup_types, sharding.metadata)
+    tgt = tuple(int(d) for d in out_dims)
+    if sharding.is_manual_subgroup:
+        from hlo_spmd.sharding.grouping import group_by_dims, ungroup
+        manual = sharding.subgroup_manual_dim
+        assert manual is not None
+        grouped = group_by_dims(sharding, [manual], subgroup_manual=True)
+        inner = propagate_through_reshape(grouped.sharding, src, tgt)
+        return ungroup(dataclasses.replace(grouped, sharding=inner, data_rank=len(tgt),
+                                           group_dims=(manual + len(tgt) - len(src),)))
+    ta = sharding.tile_assignment
+    assert ta is not None
+    result = HloSharding.replicate()
     start = 0
     while start < len(src):
-        found = False
         for end in range(len(src), start, -1):
-            part = partial_replicate_all_except(sharding, range(start, end))
-            if not part.is_tiled or part.num_tiles == 1:
-                continue
-            reshaped = reshape_sharding(part, src, out_dims)
+            # The run's tiling alone, on canonical devices; its reshape gives the
+            # tile counts, laid out over the real devices with the run's dims first.
+            run = [t if start <= i < end else 1 for i, t in enumerate(ta.dims[:len(src)])]
+            reshaped = reshape_sharding(HloSharding._tiled(TileAssignment(run)), src, tgt)
             if reshaped is None or not reshaped.is_tiled:
                 continue
-            merged = merge_compatible(reshaped, result, minimum_tiles=result.num_tiles + 1)
+            tiles = list(reshaped.tile_dims_for_data())
+            perm = list(range(start, end)) + list(range(start)) + list(range(end, ta.ndim))
+            laid_out = ta.transpose(perm).reshape(tiles + [ta.num_devices // math.prod(tiles)])
+            merged = merge_if_compatible(HloSharding._partial_tile(laid_out, ()), result)
             if merged is not None:
                 result = merged
                 start = end
-                found = True
                 break
-        if not found:
+        else:
             start += 1
     return result.with_metadata(sharding.metadata)
 
@@ -462,6 +529,7 @@ def _indices_by_device(s: HloSharding, total: int) -> tuple[np.ndarray, np.ndarr
     return out, present
 
 
+@_memoised
 def merge_compatible(a: HloSharding, b: HloSharding,
                      minimum_tiles: int | None = None) -> HloSharding | None:
     """Finest sharding whose every device holds the intersection of a's and b's tiles.
@@ -579,13 +647,61 @@ def is_finer(a: HloSharding, b: HloSharding) -> bool:
     return not a.is_replicated
 
 
+def merge_if_compatible(to_merge: HloSharding, dst: HloSharding,
+                        minimum_tiles: int | None = None) -> HloSharding | None:
+    """XLA's MergeShardingIfCompatible: ``to_merge`` merged into ``dst``, or None.
+
+    merge_compatible under XLA's preconditions: leaves only and never manual; a
+    tile-maximal ``to_merge`` never merges and a tile-maximal ``dst`` is simply
+    replaced; otherwise ``dst`` must be partially replicated and the result needs
+    ``minimum_tiles`` tiles (default: one more than ``dst`` has).
+    """
+    if to_merge.is_tuple or dst.is_tuple or to_merge.is_manual or dst.is_manual:
+        return None
+    if to_merge.is_tile_maximal:
+        return None
+    if dst.is_tile_maximal:
+        return to_merge
+    if not dst.has_partial_replication:
+        return None
+    return merge_compatible(to_merge, dst,
+                            dst.num_tiles + 1 if minimum_tiles is None else minimum_tiles)
+
+
+def merge_sharding(to_merge: HloSharding, dst: HloSharding,
+                   may_combine_partial_sharding: bool = True) -> tuple[bool, HloSharding]:
+    """XLA's MergeSharding: (whether the new ``dst`` improves on ``to_merge``, new ``dst``).
+
+    ``to_merge`` is the current sharding, ``dst`` the candidate.  Two partially
+    replicated leaves over as many devices first try to combine into a strictly finer
+    sharding (accepted, the combination); else ``dst`` comes back unchanged, accepted
+    when strictly finer than ``to_merge`` (is_finer).  Tuples go leaf by leaf and are
+    accepted when any leaf is, with every leaf of the candidate (as XLA does).
+    """
+    if to_merge.is_tuple:
+        if not dst.is_tuple or len(to_merge.tuple_elements) != len(dst.tuple_elements):
+            raise ShardingError(f"tuple arity mismatch: {to_merge} vs {dst}")
+        changed = False
+        out: list[HloSharding] = []
+        for m, d in zip(to_merge.tuple_elements, dst.tuple_elements):
+            ok, new = merge_sharding(m, d, may_combine_partial_sharding)
+            changed |= ok
+            out.append(new)
+        return changed, HloSharding.tuple(out)
+    if (may_combine_partial_sharding and to_merge.has_partial_replication
+            and dst.has_partial_replication and to_merge.num_devices == dst.num_devices):
+        merged = merge_if_compatible(to_merge, dst, max(to_merge.num_tiles, dst.num_tiles) + 1)
+        if merged is not None:
+            return True, merged
+    return is_finer(dst, to_merge), dst
+
+
 def improve_sharding(existing: HloSharding | None, candidate: HloSharding,
                      may_combine_partial_sharding: bool = True) -> HloSharding | None:
-    """The sharding to adopt, or None to keep ``existing`` (XLA's MergeSharding).
+    """The sharding to adopt, or None to keep ``existing``.
 
-    Propagation never replaces a sharding by a coarser or incomparable one: it
-    first tries to merge two partially replicated shardings into a strictly
-    finer one, else takes ``candidate`` only if it is strictly finer.
+    merge_sharding, except that a tuple keeps its existing leaves where the
+    candidate's are no improvement: never a coarser or incomparable sharding.
     """
     if existing is None:
         return candidate
@@ -595,31 +711,32 @@ def improve_sharding(existing: HloSharding | None, candidate: HloSharding,
         out: list[HloSharding] = []
         changed = False
         for e, c in zip(existing.tuple_elements, candidate.tuple_elements):
-            r = improve_sharding(e, c, may_combine_partial_sharding)
-            changed |= r is not None
-            out.append(e if r is None else r)
+            ok, new = merge_sharding(e, c, may_combine_partial_sharding)
+            changed |= ok
+            out.append(new if ok else e)
         return HloSharding.tuple(out) if changed else None
-    if (may_combine_partial_sharding and existing.has_partial_replication
-            and candidate.has_partial_replication
-            and existing.num_devices == candidate.num_devices):
-        merged = merge_compatible(candidate, existing,
-                                  max(existing.num_tiles, candidate.num_tiles) + 1)
-        if merged is not None:
-            return merged
-    return candidate if is_finer(candidate, existing) else None
+    ok, new = merge_sharding(existing, candidate, may_combine_partial_sharding)
+    return new if ok else None
 
 
-def is_spatially_partitioned(sharding: HloSharding) -> bool:
-    """Partitioned in the SPMD sense: anything but single-device (tuples: any leaf)."""
+def is_spatially_partitioned(sharding: HloSharding | None) -> bool:
+    """XLA's IsSpatiallyPartitioned: anything but single-device (tuples: any leaf; None: no)."""
+    if sharding is None:
+        return False
     if sharding.is_tuple:
         return any(is_spatially_partitioned(e) for e in sharding.tuple_elements)
     return not sharding.is_tile_maximal or sharding.is_replicated
 
 
+@_memoised
 def is_subtiling(a: HloSharding, b: HloSharding, dims: Sequence[int]) -> bool:
     """True if every device's real elements under ``a`` lie within those under ``b``.
 
-    Manual shardings never compare (XLA's IsSubTilingOrEqualSharding).
+    XLA's IsSubTilingOrEqualSharding on every input where XLA's answer is right:
+    manual shardings never compare, nor do shardings of other ranks than ``dims``.
+    Shards that are all padding hold nothing, so they lie within anything (XLA
+    compares their padded offsets), and a last, partly padded shard of ``a`` must lie
+    within ``b``'s shard too (XLA skips that check).
     """
     _require_leaf(a, "is_subtiling")
     _require_leaf(b, "is_subtiling")
@@ -628,6 +745,8 @@ def is_subtiling(a: HloSharding, b: HloSharding, dims: Sequence[int]) -> bool:
     if b.is_tile_maximal:
         return True
     if a.is_tile_maximal:
+        return False
+    if any(s.is_tiled and s.tiled_data_rank != len(dims) for s in (a, b)):
         return False
     total = max(_total_devices(a, None), _total_devices(b, None))
     ba = shard_bounds(a, dims, total)

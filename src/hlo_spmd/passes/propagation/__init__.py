@@ -18,10 +18,11 @@ priority-based completion of the GSPMD paper, re-implemented on this project's I
   and which candidates lost; ``explain_chain`` follows them back to an annotation.
 
 Module map: ``engine`` (driver), ``forward`` / ``backward`` (rule tables), ``improve``
-(when a candidate replaces a sharding), ``sharding_ops`` (XLA-exact sharding maps the
-algebra package does not have), ``dims`` and ``gather_scatter`` (dimension
-bookkeeping), ``unspecified`` (open dims, manual boundaries), ``shard_groups``,
-``graph`` (post order, users, opcode classes), ``provenance``, ``coverage``.
+(when a candidate replaces a sharding), ``sharding_ops`` (the few sharding maps only
+propagation needs; the algebra itself is ``hlo_spmd.sharding.algebra``), ``dims`` and
+``gather_scatter`` (dimension bookkeeping), ``unspecified`` (open dims, manual
+boundaries), ``shard_groups``, ``graph`` (post order, users, opcode classes),
+``provenance``, ``coverage``.
 
 Usage::
 

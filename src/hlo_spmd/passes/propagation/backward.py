@@ -15,13 +15,16 @@ from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.dims import DotDims
 from hlo_spmd.ir.shape import Shape
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, merge_if_compatible,
+                               merge_sharding, partial_replicate, propagate_through_reshape,
+                               replicate_all_data_dims, reverse_sharding, transpose_sharding,
+                               with_tile_assignment)
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 BackRule = Callable[["Propagator", Instruction, Instruction], "HloSharding | None"]
-sp = ops.is_spatially_partitioned
+sp = is_spatially_partitioned
 
 
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
@@ -83,7 +86,7 @@ def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
         return s
     dims = list(user.attrs.dimensions)
     new_dims = [i for i in range(user.shape.rank) if i not in dims]
-    return ops.remove_shape_dims(ops.partial_replicate(s, new_dims), new_dims)
+    return ops.remove_shape_dims(partial_replicate(s, new_dims), new_dims)
 
 
 def concatenate(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -126,7 +129,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
 
     sharding = HloSharding.replicate()
     if dot_inst.sharding is not None:
-        rep = ops.partial_replicate(dot_inst.sharding, out_rep_dims)
+        rep = partial_replicate(dot_inst.sharding, out_rep_dims)
         out_to_op = [-1] * dnums.output_rank
         op_to_out = [-1] * op_rank
         for d in list(dnums.batch) + list(own_free):
@@ -137,7 +140,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
             sharding = t
     other = dot_inst.operands[1 - k]
     if sp(other.sharding):
-        rep = ops.partial_replicate(other.sharding, other_rep_dims)
+        rep = partial_replicate(other.sharding, other_rep_dims)
         other_to_op = [-1] * other_rank
         op_to_other = [-1] * op_rank
         for d in list(dnums.batch) + list(dnums.contracting):
@@ -145,7 +148,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
             op_to_other[mine(d)] = theirs(d)
         from_other = ops.transpose_with_collapsed_dims(rep, other_to_op, op_to_other)
         if from_other is not None:
-            ok, merged = ops.merge_sharding(sharding, from_other, p.may_combine)
+            ok, merged = merge_sharding(sharding, from_other, p.may_combine)
             if ok:
                 sharding = merged
     return sharding
@@ -163,7 +166,7 @@ def dynamic_slicing(p: "Propagator", inst: Instruction, user: Instruction) -> Hl
     if inst is not operand:
         return None
     sliced = [i for i in range(user.shape.rank) if user.shape.dims[i] != operand.shape.dims[i]]
-    return ops.partial_replicate(s, sliced)
+    return partial_replicate(s, sliced)
 
 
 def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -176,7 +179,7 @@ def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloS
 
 
 def reshape(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    return ops.propagate_through_reshape(user.shape.dims, inst.shape.dims, user.sharding)
+    return propagate_through_reshape(user.sharding, user.shape.dims, inst.shape.dims)
 
 
 def pad(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -192,7 +195,7 @@ def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
     inverse = [0] * len(dims)
     for i, d in enumerate(dims):
         inverse[d] = i
-    return ops.transpose(user.sharding, inverse)
+    return transpose_sharding(user.sharding, inverse)
 
 
 def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -201,7 +204,7 @@ def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
     for i, op in enumerate(user.operands):
         if op is inst:
             alt = ops.sub_sharding(s, user.shape, i)
-            if ops.more_specific(alt, best):
+            if is_finer(alt, best):
                 best = alt
     return best
 
@@ -214,7 +217,7 @@ def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> 
     def base(like: HloSharding) -> HloSharding:
         if inst.sharding is not None:
             return inst.sharding
-        leaves = [ops.replicate_all_data_dims(like, leaf.rank) for _, leaf in shape.leaves()]
+        leaves = [replicate_all_data_dims(like, leaf.rank) for _, leaf in shape.leaves()]
         return HloSharding.tuple(leaves)
 
     if not user.shape.is_tuple:
@@ -245,11 +248,11 @@ def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
             else:
                 target.append(ta.dims[nxt])
                 nxt += 1
-        us = ops.rebuild(us, ta.reshape(target))
+        us = with_tile_assignment(us, ta.reshape(target))
     n_in = len(user.operands) // 2
     for op in user.operands[:n_in]:
         if op is not inst and op.sharding is not None:
-            merged = ops.merge_if_compatible(op.sharding, us)
+            merged = merge_if_compatible(op.sharding, us)
             if merged is not None:
                 us = merged
     return us
@@ -262,7 +265,7 @@ def sort(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding |
 
 
 def reverse(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    return ops.reverse(user.sharding, list(user.attrs.dimensions))
+    return reverse_sharding(user.sharding, list(user.attrs.dimensions))
 
 
 def outfeed(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -300,7 +303,7 @@ def scatter(p: "Propagator", inst: Instruction, user: Instruction) -> HloShardin
     from_output = gs.scatter_update_from_output(out, user, p.graph.callers)
     if from_output is not None:
         if not from_output.is_manual and not from_indices.is_manual:
-            merged = ops.merge_if_compatible(from_indices, from_output)
+            merged = merge_if_compatible(from_indices, from_output)
             if merged is not None:
                 from_output = merged
         if not from_output.is_tile_maximal:

@@ -16,13 +16,16 @@ from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.dims import DotDims, conv_kernel_is_small, window_has
 from hlo_spmd.passes.propagation import provenance as pv
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, is_subtiling,
+                               merge_sharding, partial_replicate, partial_replicate_all_except,
+                               propagate_through_reshape, replicate_all_data_dims, reverse_sharding,
+                               transpose_sharding, with_tile_assignment)
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 Rule = Callable[["Propagator", Instruction], bool]
-sp = ops.is_spatially_partitioned
+sp = is_spatially_partitioned
 
 # PickRepresentativeOperand: opcodes whose result follows operand 0 (when it is sharded).
 FIRST_OPERAND = frozenset({
@@ -46,7 +49,7 @@ def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | Non
         best = None
         for operand in inst.operands:
             s = operand.sharding
-            if s is not None and (best is None or ops.more_specific(s, best.sharding)):
+            if s is not None and (best is None or is_finer(s, best.sharding)):
                 best = operand
         return best
     return None
@@ -72,7 +75,7 @@ def default_rule(p: "Propagator", inst: Instruction) -> bool:
             if not sp(op.sharding):
                 continue
             if g.opcode(inst) == "rng":
-                cand = ops.replicate_all_data_dims(op.sharding, inst.shape.rank)
+                cand = replicate_all_data_dims(op.sharding, inst.shape.rank)
                 changed |= p.improve(inst, cand, "rng.forward", (op,), _nru1(p, inst))
                 continue
             changed |= p.improve(inst, op.sharding, "elementwise.forward", (op,), single)
@@ -123,7 +126,7 @@ def tuple_rule(p: "Propagator", inst: Instruction) -> bool:
         if s is not None:
             leaves = list(s.tuple_elements) if op.shape.is_tuple else [_output_sharding(op)]
             for j in range(min(n, len(leaves))):
-                if not had or ops.more_specific(leaves[j], subs[idx + j]):
+                if not had or is_finer(leaves[j], subs[idx + j]):
                     if subs[idx + j] != leaves[j] and op not in sources:
                         sources.append(op)
                     subs[idx + j] = leaves[j]
@@ -149,7 +152,7 @@ def while_rule(p: "Propagator", inst: Instruction) -> bool:
         return False
     s = op.sharding
     if inst.sharding is not None:
-        _, s = ops.merge_sharding(inst.sharding, s, p.may_combine)
+        _, s = merge_sharding(inst.sharding, s, p.may_combine)
     return p.improve(inst, s, "while.forward(init)", (op,))
 
 
@@ -185,7 +188,7 @@ def broadcast(p: "Propagator", inst: Instruction) -> bool:
     ta = s.tile_assignment
     target = [ta.dims[dims.index(i)] if i in dims else 1 for i in range(inst.shape.rank)]
     target += list(ta.dims[ops.data_rank(s):])
-    cand = ops.rebuild(s, ta.reshape(target))
+    cand = with_tile_assignment(s, ta.reshape(target))
     return p.improve(inst, cand, "broadcast.forward", (op,), _nru1(p, inst))
 
 
@@ -203,10 +206,10 @@ def reduce(p: "Propagator", inst: Instruction) -> bool:
             changed |= p.improve_sub(inst, s, i, "reduce.forward(manual)", (op,), aggressive)
             continue
         if s.is_replicated:
-            cand = _maybe_tuple(inst, ops.replicate_all_data_dims(s))
+            cand = _maybe_tuple(inst, replicate_all_data_dims(s))
             changed |= p.improve(inst, cand, "reduce.forward", (op,), aggressive)
             continue
-        after = ops.partial_replicate(s, dims)
+        after = partial_replicate(s, dims)
         if after.is_replicated:
             changed |= p.improve(inst, _maybe_tuple(inst, after), "reduce.forward", (op,),
                                  aggressive)
@@ -236,7 +239,7 @@ def transpose(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not sp(op.sharding):
         return False
-    cand = ops.transpose(op.sharding, list(inst.attrs.dimensions))
+    cand = transpose_sharding(op.sharding, list(inst.attrs.dimensions))
     return p.improve(inst, cand, "transpose.forward", (op,), _nru1(p, inst))
 
 
@@ -244,7 +247,7 @@ def reshape(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not sp(op.sharding):
         return False
-    cand = ops.propagate_through_reshape(op.shape.dims, inst.shape.dims, op.sharding)
+    cand = propagate_through_reshape(op.sharding, op.shape.dims, inst.shape.dims)
     return p.improve(inst, cand, "reshape.forward", (op,), _nru1(p, inst))
 
 
@@ -252,7 +255,7 @@ def reverse(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not sp(op.sharding):
         return False
-    cand = ops.reverse(op.sharding, list(inst.attrs.dimensions))
+    cand = reverse_sharding(op.sharding, list(inst.attrs.dimensions))
     return p.improve(inst, cand, "reverse.forward", (op,), _nru1(p, inst))
 
 
@@ -306,7 +309,7 @@ def _slice_operand_rule(p: "Propagator", inst: Instruction, op: Instruction, rul
     if not sp(op.sharding) or op.sharding.is_manual:
         return False
     sliced = [i for i in range(inst.shape.rank) if inst.shape.dims[i] != op.shape.dims[i]]
-    cand = ops.partial_replicate(op.sharding, sliced)
+    cand = partial_replicate(op.sharding, sliced)
     return p.improve(inst, cand, rule, (op,), _nru1(p, inst))
 
 
@@ -335,7 +338,7 @@ def _dot_from_operand(inst: Instruction, dnums: DotDims, k: int) -> HloSharding 
     other_free = dnums.rhs_non_contracting if k == 0 else dnums.lhs_non_contracting
     contracting += [d.lhs if k == 0 else d.rhs for d in other_free
                     if (d.lhs if k == 0 else d.rhs) >= 0]
-    rep = ops.partial_replicate(s, contracting)
+    rep = partial_replicate(s, contracting)
     out_to_op = [-1] * dnums.output_rank
     op_to_out = [-1] * op.shape.rank
     own_free = dnums.lhs_non_contracting if k == 0 else dnums.rhs_non_contracting
@@ -373,8 +376,8 @@ def infer_dot(p: "Propagator", inst: Instruction, dnums: DotDims, name: str) -> 
     decided = False
     look = p.lookahead_user_sharding(inst)
     if look is not None:
-        sub0 = ops.is_subtiling_or_equal(inst.shape.dims, look, cands[0])
-        sub1 = ops.is_subtiling_or_equal(inst.shape.dims, look, cands[1])
+        sub0 = is_subtiling(look, cands[0], inst.shape.dims)
+        sub1 = is_subtiling(look, cands[1], inst.shape.dims)
         if sub0 and not sub1:
             decided = True
         elif sub1 and not sub0:
@@ -439,9 +442,9 @@ def convolution(p: "Propagator", inst: Instruction) -> bool:
         out_to_lhs[cd.output_feature_dimension] = cd.input_feature_dimension
         for i, o in zip(cd.input_spatial_dimensions, cd.output_spatial_dimensions):
             out_to_lhs[o] = i
-        cand = ops.transpose(s, out_to_lhs)
+        cand = transpose_sharding(s, out_to_lhs)
         return p.improve(inst, cand, "convolution.from_lhs(small kernel)", (lhs,))
-    cand = ops.partial_replicate_all_except(s, [cd.input_batch_dimension])
+    cand = partial_replicate_all_except(s, [cd.input_batch_dimension])
     return p.improve(inst, cand, "convolution.from_lhs(large kernel: batch only)", (lhs,))
 
 
@@ -472,7 +475,7 @@ def gather(p: "Propagator", inst: Instruction) -> bool:
     if parallel is not None:
         changed |= _gather_parallel(p, inst, parallel, "parallel_dims")
     if sp(op.sharding):
-        filtered = ops.partial_replicate(op.sharding, parallel.operand if parallel else [])
+        filtered = partial_replicate(op.sharding, parallel.operand if parallel else [])
         cand = gs.gather_output_from_operand_passthrough(filtered, inst)
         if cand is not None:
             changed |= p.improve(inst, cand, "gather.from_operand(passthrough)", (op,))

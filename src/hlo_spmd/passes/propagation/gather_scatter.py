@@ -14,7 +14,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.dims import (GSDims, connected_index_dims,
                                               operand_passthrough_dims, scatter_slice_sizes)
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import HloSharding, merge_sharding
 
 Callers = Callable[[object], list]
 
@@ -251,10 +251,10 @@ def _merge_parallel_passthrough(parallel: HloSharding | None,
         return parallel
     if parallel is None:
         return passthrough
-    ok, merged = ops.merge_sharding(parallel, passthrough, True)
+    ok, merged = merge_sharding(parallel, passthrough, True)
     if ok:
         return merged
-    ok, merged = ops.merge_sharding(passthrough, parallel, True)
+    ok, merged = merge_sharding(passthrough, parallel, True)
     if ok:
         return merged
     return parallel

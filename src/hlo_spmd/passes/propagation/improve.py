@@ -8,7 +8,7 @@ from typing import NamedTuple
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.propagation import provenance as pv
 from hlo_spmd.passes.propagation import sharding_ops as ops
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import HloSharding, is_spatially_partitioned, is_subtiling, merge_sharding
 
 
 SAME = "same as current"
@@ -26,7 +26,7 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
         return Verdict(None, SAME)
     if current is not None and ops.strictly_better(candidate, current):
         return Verdict(candidate, "")
-    if not ops.is_spatially_partitioned(candidate):
+    if not is_spatially_partitioned(candidate):
         return Verdict(None, pv.TILE_MAXIMAL)
     if current is None:
         return Verdict(candidate, "")
@@ -35,12 +35,12 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
     if candidate.is_tuple != current.is_tuple:
         return Verdict(None, pv.INCOMPATIBLE)
     tiles = None if candidate.is_tuple else candidate.num_tiles
-    ok, merged = ops.merge_sharding(current, candidate, may_combine_partial)
+    ok, merged = merge_sharding(current, candidate, may_combine_partial)
     if not ok:
         return Verdict(None, pv.NOT_FINER)
     if (not allow_aggressive and not shape.is_tuple and not current.is_tile_maximal
             and not current.is_tuple and merged.num_tiles == tiles):
-        if not ops.is_subtiling_or_equal(shape.dims, merged, current):
+        if not is_subtiling(merged, current, shape.dims):
             return Verdict(None, pv.INCOMPATIBLE)
     return Verdict(merged, "")
 

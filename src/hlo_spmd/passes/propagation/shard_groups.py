@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation import backward as bw
 from hlo_spmd.passes.propagation import sharding_ops as ops
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import (HloSharding, is_spatially_partitioned, merge_if_compatible,
+                               partial_replicate_all_except)
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
@@ -91,10 +92,10 @@ def refine_open_dims_from_group(p: "Propagator", inst: Instruction, unspecified:
     changed = False
     for m in group:
         s = m.sharding
-        if m is inst or not ops.is_spatially_partitioned(s) or not ops.is_tiled(s):
+        if m is inst or not is_spatially_partitioned(s) or not ops.is_tiled(s):
             continue
-        rep = ops.partial_replicate_all_except(s, unspecified)
-        merged = ops.merge_if_compatible(rep, inst.sharding) if inst.sharding is not None else None
+        rep = partial_replicate_all_except(s, unspecified)
+        merged = merge_if_compatible(rep, inst.sharding) if inst.sharding is not None else None
         if merged is not None:
             p.set(inst, merged, "shard-group.refine_open_dims", (m,), direction="refine")
             changed = True

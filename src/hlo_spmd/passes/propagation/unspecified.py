@@ -14,7 +14,8 @@ from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import sharding_ops as ops
-from hlo_spmd.sharding import HloSharding, ShardingType
+from hlo_spmd.sharding import (HloSharding, ShardingType, is_spatially_partitioned,
+                               merge_if_compatible, partial_replicate_all_except)
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
@@ -36,10 +37,10 @@ def refine_from_auto(to_merge: HloSharding, unspecified: Sequence[int], auto: Hl
     if (not manual.is_manual_subgroup or auto.is_manual_subgroup
             or not manual.has_partial_replication or len(manual.subgroup_types) != 2):
         return None
-    rep = ops.partial_replicate_all_except(to_merge, unspecified)
+    rep = partial_replicate_all_except(to_merge, unspecified)
     if rep.is_tile_maximal or not rep.is_tiled:
         return None
-    new_auto = ops.merge_if_compatible(rep, auto)
+    new_auto = merge_if_compatible(rep, auto)
     if new_auto is None:
         return None
     r = ops.data_rank(rep)
@@ -53,7 +54,7 @@ def refine_from_auto(to_merge: HloSharding, unspecified: Sequence[int], auto: Hl
         perm[-1], perm[r] = perm[r], perm[-1]
         mta = mta.transpose(perm)
     tmp = HloSharding.partial_tile(mta)
-    merged = ops.merge_if_compatible(rep_for_manual, tmp)
+    merged = merge_if_compatible(rep_for_manual, tmp)
     if merged is None or merged.tile_assignment is None:
         return None
     types = [ShardingType.MANUAL] + ([ShardingType.REPLICATED]
@@ -68,7 +69,7 @@ def refine_from_manual(to_merge: HloSharding, unspecified: Sequence[int], auto: 
             or not manual.has_partial_replication or auto.is_manual_subgroup
             or len(manual.subgroup_types) != 2):
         return None
-    rep = ops.partial_replicate_all_except(to_merge, unspecified)
+    rep = partial_replicate_all_except(to_merge, unspecified)
     if rep.is_tile_maximal or not rep.is_tiled:
         return None
     new_manual = _merge_manual(rep, manual)
@@ -76,7 +77,7 @@ def refine_from_manual(to_merge: HloSharding, unspecified: Sequence[int], auto: 
         return None
     rep_for_auto = HloSharding.subgroup(rep.tile_assignment,
                                         [ShardingType.REPLICATED] * len(rep.subgroup_types))
-    new_auto = ops.merge_if_compatible(rep_for_auto, auto)
+    new_auto = merge_if_compatible(rep_for_auto, auto)
     if new_auto is None:
         return None
     return new_auto, new_manual
@@ -84,7 +85,7 @@ def refine_from_manual(to_merge: HloSharding, unspecified: Sequence[int], auto: 
 
 def _merge_manual(to_merge: HloSharding, dst: HloSharding) -> HloSharding | None:
     """MergeShardingIfCompatible for two manual-subgroup shardings."""
-    return ops.merge_if_compatible(to_merge, dst)
+    return merge_if_compatible(to_merge, dst)
 
 
 def _conversion_after(p: "Propagator", annotate: Instruction, unspecified: tuple[int, ...],
@@ -111,10 +112,10 @@ def _apply(p: "Propagator", annotate: Instruction, conv: Instruction | None,
            rule: str, src: Instruction) -> bool:
     """Merge ``source`` into the annotation (and its boundary op) along open dims."""
     if conv is None:
-        rep = ops.partial_replicate_all_except(source, unspecified)
+        rep = partial_replicate_all_except(source, unspecified)
         if annotate.sharding is None or rep.is_manual:
             return False
-        merged = ops.merge_if_compatible(rep, annotate.sharding)
+        merged = merge_if_compatible(rep, annotate.sharding)
         if merged is None:
             p.reject(annotate, rep, rule, (src,), "incompatible")
             return False
@@ -140,7 +141,7 @@ def from_operand(p: "Propagator", annotate: Instruction,
                  unspecified: tuple[int, ...]) -> tuple[bool, Instruction | None]:
     """InferUnspecifiedDimsFromOperand: (changed, boundary op refined with it)."""
     op = annotate.operands[0]
-    if not ops.is_spatially_partitioned(op.sharding) or not ops.is_tiled(op.sharding):
+    if not is_spatially_partitioned(op.sharding) or not ops.is_tiled(op.sharding):
         return False, None
     usable, conv = _conversion_after(p, annotate, unspecified, True)
     if not usable:
