@@ -115,3 +115,15 @@ def test_mesh_fixture_on_fewer_devices(name, devices, mesh):
     report = verify(original, module_bytes(out), devices, inputs=sidecar_inputs(meta),
                     poison_padding=True)
     assert report.ok, str(report)
+
+
+def test_debug_mode_verifies_after_every_pass(monkeypatch):
+    """HLO_SPMD_DEBUG=1 runs the verifier after inlining and completion too."""
+    from hlo_spmd.ir import verifier
+
+    calls = []
+    real = verifier.verify_module
+    monkeypatch.setattr(verifier, "verify_module", lambda m, **kw: (calls.append(1), real(m, **kw)))
+    monkeypatch.setenv("HLO_SPMD_DEBUG", "1")
+    partition(load_module(os.path.join(ROOT, "fixtures", "hlo", "mlp_dp.pb")), 8)
+    assert len(calls) == 3  # after inlining, after completion, on the output

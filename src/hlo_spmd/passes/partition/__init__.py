@@ -36,6 +36,23 @@ def infer_num_partitions(module: Module, requested: int | None) -> int:
     return implied
 
 
+def debug_verify(module: Module, after: str) -> None:
+    """With HLO_SPMD_DEBUG=1, run the structural verifier after every pass, naming it."""
+    import os
+
+    if not os.environ.get("HLO_SPMD_DEBUG"):
+        return
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.ir.verifier import verify_module
+
+    try:
+        verify_module(module)
+    except HloSpmdError as e:
+        e.message = f"after {after}: {e.message}"
+        e.args = (f"{e.where}: {e.message}" if e.where else e.message,)
+        raise
+
+
 def partition(module: Module, num_partitions: int | None = None, *,
               complete: bool = False, verify: bool = True) -> PartitionResult:
     """Complete the shardings (unless ``complete``) and partition ``module``."""
@@ -44,6 +61,7 @@ def partition(module: Module, num_partitions: int | None = None, *,
 
     if not complete:
         inline_calls(module)  # as XLA does before sharding propagation
+        debug_verify(module, "call inlining")
     normalize_annotations(module)
     n = infer_num_partitions(module, num_partitions)
     if not complete:
@@ -53,6 +71,7 @@ def partition(module: Module, num_partitions: int | None = None, *,
             propagate = None
         if propagate is not None:
             propagate(module)
+            debug_verify(module, "sharding completion")
     out, report = partition_module(module, n)
     if verify:
         from hlo_spmd.ir.verifier import verify_module
