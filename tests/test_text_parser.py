@@ -470,3 +470,16 @@ def test_parse_large_module() -> None:
     printed = print_module(module)
     print(f"printed in {time.perf_counter() - t0:.3f}s")
     assert parse_module(printed).instruction_count() == n
+
+
+def test_instruction_named_tuple_is_accepted() -> None:
+    """XLA rejects primitive-type names (f32, pred, token) as instruction names but accepts
+    "tuple", which XLA's own tests use."""
+    text = """HloModule m
+ENTRY e {
+  p = f32[2] parameter(0)
+  ROOT tuple = (f32[2]) tuple(p)
+}
+"""
+    module = parse_module(text)
+    assert module.entry.root.name == "tuple"

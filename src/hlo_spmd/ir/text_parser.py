@@ -1136,7 +1136,7 @@ class _Parser:
         if name in cc.table:
             raise c.error(f"instruction '{name}' already exists in computation '{cc.name}'",
                           name_pos)
-        if _type_from_text(name) is not None:
+        if _type_from_text(name) is not None and name != "tuple":  # XLA accepts "tuple"
             raise c.error(f"illegal instruction name: {name}; suggest renaming to: {name}_",
                           name_pos)
         shape_pos = c.skip_ws()
