@@ -127,3 +127,18 @@ def test_debug_mode_verifies_after_every_pass(monkeypatch):
     monkeypatch.setenv("HLO_SPMD_DEBUG", "1")
     partition(load_module(os.path.join(ROOT, "fixtures", "hlo", "mlp_dp.pb")), 8)
     assert len(calls) == 3  # after inlining, after completion, on the output
+
+
+HANDWRITTEN = sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "handwritten", "*.hlo")))
+
+
+@pytest.mark.parametrize("path", HANDWRITTEN, ids=lambda p: os.path.basename(p)[:-4])
+def test_handwritten_fixture_partitions_and_matches(path):
+    """Hand-written HLO text (manual regions, subgroups, maximal, iota tiles, while)."""
+    meta = json.load(open(path[:-4] + ".json"))
+    n = meta["num_partitions"]
+    original = module_bytes(load_module(path))
+    out = partition(load_module(path), n).module
+    report = verify(original, module_bytes(out), n, inputs=sidecar_inputs(meta),
+                    poison_padding=True)
+    assert report.ok, str(report)

@@ -41,6 +41,10 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
     if src.is_manual or target.is_manual:
         if src.is_manual and target.is_manual:
             return PValue(pv.hlo, pv.base_shape, target)
+        if target.is_manual and (src.is_replicated or src.is_maximal):
+            # Inside a manual region shapes are already local: a whole value (a constant,
+            # an iota) is every device's manual value as it is.
+            return PValue(pv.hlo, pv.base_shape, target)
         from hlo_spmd.passes.partition.context import PartitionError
 
         raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",

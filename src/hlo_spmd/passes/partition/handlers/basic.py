@@ -58,7 +58,10 @@ def _full_to_shard(ctx: PartitionContext, inst: Instruction) -> PValue:
     if not full_sharding.is_tiled:
         full_sharding = pv.sharding
     local = reshard(ctx, pv, full_sharding).hlo
-    if tuple(local.shape.dims) != tuple(inst.shape.dims):
+    # Fully manual: the tile is the manual value. Partially manual (last_tile_dims=
+    # {manual}): the value is still tiled over the non-manual devices.
+    expected = ctx.local_shape(inst.shape, ctx.sharding_of(inst))
+    if tuple(local.shape.dims) != tuple(expected.dims):
         raise PartitionError(f"manual region shard shape {list(inst.shape.dims)} does not match "
                              f"the local tile {list(local.shape.dims)}", f"instruction {inst.name}")
     return PValue(local, inst.shape, ctx.sharding_of(inst))
