@@ -68,66 +68,12 @@ def _module(json_path):
     return _hlo.hlo_module_from_text(json_path.with_suffix(".hlo").read_text())
 
 
-def _braced(text, start):
-    """text[start] == '{' -> the balanced '{...}' substring."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-    raise ValueError("unbalanced braces")
+def _ir(json_path):
+    """The fixture as the project's IR (our loader reads .pb and .hlo alike)."""
+    from hlo_spmd.ir.io import load_module
 
-
-_SHARDING_ATTR = re.compile(r"(?:^|, )sharding=(?=\{)")
-
-
-def _sharding_of(inst_text):
-    m = _SHARDING_ATTR.search(inst_text)
-    return _braced(inst_text, m.end()) if m else None
-
-
-_SHAPE_TOKEN = re.compile(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]")
-
-
-def _shapes(text):
-    return [(dt, [int(d) for d in dims.split(",") if d]) for dt, dims in _SHAPE_TOKEN.findall(text)]
-
-
-def _opcode(inst_text):
-    rhs = inst_text.split(" = ", 1)[1]
-    depth = 0
-    for j, ch in enumerate(rhs):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == " " and depth == 0:
-            return rhs[j + 1:].split("(", 1)[0]
-    raise ValueError(inst_text)
-
-
-def _entry(module):
-    text = module.to_string()
-    m = re.search(r"^ENTRY %?(\S+) \((.*)\) -> (.*) \{$", text, re.M)
-    assert m, "no ENTRY line"
-    comps = [c for c in module.computations() if c.name == m.group(1)]
-    assert len(comps) == 1
-    return comps[0], m.group(3)
-
-
-def _params(comp):
-    """[(number, dtype, dims, sharding_text_or_None)] sorted by parameter number."""
-    out = []
-    for inst in comp.instructions():
-        t = inst.to_string()
-        pm = re.search(r" parameter\((\d+)\)", t)
-        if pm and _opcode(t) == "parameter":
-            (dt, dims), = _shapes(t.split(" = ", 1)[1].split(" parameter(", 1)[0])
-            out.append((int(pm.group(1)), dt, dims, _sharding_of(t)))
-    return sorted(out)
+    pb = json_path.with_suffix(".pb")
+    return load_module(pb if pb.exists() else json_path.with_suffix(".hlo"))
 
 
 # ---------------------------------------------------------------------------
@@ -204,28 +150,31 @@ def test_hlo_text_parses(path):
 
 @pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
 def test_entry_signature_matches_sidecar(path):
+    from hlo_spmd.ir.primitive_types import text_name
+    from hlo_spmd.sharding import parse_sharding
+
     meta = _load(path)
-    comp, result = _entry(_module(path))
-    params = _params(comp)
-    assert [p[0] for p in params] == list(range(len(meta["inputs"])))
-    for (num, dt, dims, sharding), inp in zip(params, meta["inputs"]):
-        assert dims == inp["shape"], (num, inp)
-        assert dt == DTYPES[inp["dtype"]], (num, inp)
-        assert sharding is not None, f"parameter {num} has no sharding"
-        assert (_hlo.HloSharding.from_string(sharding)
-                == _hlo.HloSharding.from_string(inp["sharding"])), (num, sharding, inp)
-    outs = _shapes(result)
-    assert [d for _, d in outs] == [o["shape"] for o in meta["outputs"]]
-    assert [t for t, _ in outs] == [DTYPES[o["dtype"]] for o in meta["outputs"]]
+    entry = _ir(path).entry
+    params = entry.parameters
+    assert [p.parameter_number for p in params] == list(range(len(meta["inputs"])))
+    for p, inp in zip(params, meta["inputs"]):
+        assert list(p.shape.dims) == inp["shape"], (p.name, inp)
+        assert text_name(p.shape.element_type) == DTYPES[inp["dtype"]], (p.name, inp)
+        assert p.sharding is not None, f"parameter {p.name} has no sharding"
+        assert p.sharding == parse_sharding(inp["sharding"]), (p.name, str(p.sharding), inp)
+    root = entry.root.shape
+    outs = list(root.tuple_shapes) if root.is_tuple else [root]
+    assert [list(o.dims) for o in outs] == [o["shape"] for o in meta["outputs"]]
+    assert [text_name(o.element_type) for o in outs] == [DTYPES[o["dtype"]] for o in meta["outputs"]]
 
 
 @pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
 def test_main_ops_and_form(path):
     meta = _load(path)
-    module = _module(path)
-    ops = {_opcode(i.to_string()) for c in module.computations() for i in c.instructions()}
+    module = _ir(path)
+    ops = {i.opcode for i in module.instructions()}
     assert set(meta["main_ops"]) <= ops, set(meta["main_ops"]) - ops
-    text = module.to_string()
+    text = _module(path).to_string()
     assert ("xla.sdy" in text) == (meta["form"] == "shardy")
 
 

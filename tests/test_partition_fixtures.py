@@ -142,3 +142,17 @@ def test_handwritten_fixture_partitions_and_matches(path):
     report = verify(original, module_bytes(out), n, inputs=sidecar_inputs(meta),
                     poison_padding=True)
     assert report.ok, str(report)
+
+
+def test_fully_manual_ops_run_as_written():
+    """Inside a fully manual region the driver emits ops as written (one shared rule, not
+    a per-handler special case); the region still verifies on XLA above."""
+    path = os.path.join(ROOT, "fixtures", "hlo", "handwritten", "manual_region.hlo")
+    module = load_module(path)
+    result = partition(module, json.load(open(path[:-4] + ".json"))["num_partitions"])
+    manual = [i.name for i in module.instructions()
+              if i.sharding is not None and i.sharding.is_manual and i.opcode != "custom-call"
+              and i.opcode != "parameter" and not i.called_computations
+              and i.opcode not in ("all-reduce", "all-gather", "collective-permute")]
+    assert manual
+    assert all(result.report.handler_of[n] == "handle_as_written" for n in manual)

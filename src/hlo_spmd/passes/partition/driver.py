@@ -18,6 +18,8 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
                                                PartitionReport)
+from hlo_spmd.ir.opcodes import COLLECTIVES
+from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
 from hlo_spmd.passes.partition.reshard import reshard
@@ -52,6 +54,25 @@ def _drop_sdy_attributes(fattrs) -> None:
         del fattrs.map[key]
 
 
+def _fully_manual(s: HloSharding | None) -> bool:
+    if s is None:
+        return False
+    return all(e.is_manual for e in s.tuple_elements) if s.is_tuple else s.is_manual
+
+
+def runs_as_written(inst: Instruction) -> bool:
+    """Inside a fully manual region shapes are already per-device, so an op runs as
+    written. Ops with called computations, collectives and custom-calls (region
+    boundaries, side effects) keep their own handlers."""
+    return (_fully_manual(inst.sharding) and not inst.called_computations
+            and inst.opcode != "custom-call" and inst.opcode not in COLLECTIVES)
+
+
+def handle_as_written(ctx: PartitionContext, inst: Instruction) -> PValue:
+    ops = [ctx.operand(inst, i, manual_like(op.shape)) for i, op in enumerate(inst.operands)]
+    return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+
+
 def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     """Run the handler of every non-parameter instruction of ``comp`` in program order."""
     from hlo_spmd.passes.partition.handlers.basic import handle_replicated
@@ -59,7 +80,8 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     for inst in comp.instructions:
         if inst.opcode == "parameter":
             continue
-        handler = HANDLERS.get(inst.opcode, handle_replicated)
+        handler = (handle_as_written if runs_as_written(inst)
+                   else HANDLERS.get(inst.opcode, handle_replicated))
         ctx.b.metadata = inst.attrs.metadata if inst.attrs.HasField("metadata") else None
         try:
             pv = handler(ctx, inst)

@@ -17,7 +17,7 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers import slicing  # noqa: F401  (registers its handlers)
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
-    _fallback, _has_empty, _manual, compute_sharding, device_scalar, position_mask, tiles_of,
+    _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table, to_sharding)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -61,8 +61,6 @@ def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims)
 @handles("broadcast")
 def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     op_sharding = broadcast_operand_sharding(target, inst.dimensions, operand.shape.dims,
                                              inst.shape.dims)
@@ -75,8 +73,6 @@ def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
 @handles("transpose")
 def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     perm = inst.dimensions
     inverse = list(np.argsort(perm))
     op_sharding = transpose_sharding(target, inverse) if target.is_tiled else target
@@ -109,8 +105,6 @@ def _maps_exactly(s_in: HloSharding, in_dims, out_dims, s_out: HloSharding) -> b
 @handles("reshape")
 def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     in_dims, out_dims = operand.shape.dims, inst.shape.dims
     pv = ctx.value(operand)
@@ -186,8 +180,6 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Sliced dims are computed whole (operand replicated there), then cut locally;
     dims kept at full size stay tiled."""
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     rank = operand.shape.rank
     if not _scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
@@ -211,8 +203,6 @@ def handle_dynamic_update_slice(ctx: PartitionContext, inst: Instruction) -> PVa
     along keep the base tiled: every device cuts the part of the (replicated) update that
     falls into its tile and selects it in; sliced dims held whole use a local DUS."""
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     base_op, upd_op = inst.operands[0], inst.operands[1]
     rank = base_op.shape.rank
     if not _scalar_starts(inst, 2) or _has_empty(base_op.shape, upd_op.shape):
@@ -305,8 +295,6 @@ def handle_bitcast_convert(ctx: PartitionContext, inst: Instruction) -> PValue:
     if in_rank == out_rank:
         return handle_elementwise(ctx, inst)
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     if out_rank == in_rank - 1:
         # Narrow -> wide: the operand's minor dim is consumed whole.
         op_sharding = _add_minor(target, out_rank)

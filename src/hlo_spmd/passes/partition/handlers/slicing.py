@@ -538,13 +538,6 @@ def _cut(ctx: PartitionContext, x: Instruction, dim: int, low: int, high: int,
     return b.dynamic_slice(x, idx, sizes)
 
 
-def _manual(ctx: PartitionContext, inst: Instruction) -> PValue:
-    """Inside a manual region: the op as written on the local values."""
-    target = ctx.sharding_of(inst)
-    ops = [ctx.operand(inst, i, HloSharding.manual()) for i in range(len(inst.operands))]
-    return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, target)
-
-
 def _has_empty(*shapes) -> bool:
     return any(0 in tuple(s.dims) for s in shapes)
 
@@ -710,8 +703,6 @@ def _slice_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -
 @handles("slice")
 def handle_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     if _has_empty(operand.shape, inst.shape):
         return _fallback(ctx, inst)
@@ -814,8 +805,6 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
 @handles("pad")
 def handle_pad(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     if _has_empty(operand.shape, inst.shape):
         return _fallback(ctx, inst)
@@ -893,8 +882,6 @@ def _concat_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) 
 @handles("concatenate")
 def handle_concatenate(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     if _has_empty(inst.shape):
         return _fallback(ctx, inst)
     dim = inst.dimensions[0]
@@ -909,8 +896,6 @@ def handle_reverse(ctx: PartitionContext, inst: Instruction) -> PValue:
     from hlo_spmd.sharding import reverse_sharding
 
     target = compute_sharding(ctx, inst)
-    if target.is_manual:
-        return _manual(ctx, inst)
     operand = inst.operands[0]
     if _has_empty(inst.shape):
         return _fallback(ctx, inst)
