@@ -24,17 +24,9 @@ from hlo_spmd.sharding import HloSharding
 
 pytest.importorskip("jax")
 
+from test_sharding_model import prime_factors  # noqa: E402
+
 MAX_ELEMS = 4000
-
-
-def _factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
 
 
 @st.composite
@@ -44,7 +36,7 @@ def shardings(draw, rank: int, n: int):
         return HloSharding.replicate()
     tiles = [1] * rank
     rep = 1
-    for f in _factors(n):
+    for f in prime_factors(n):
         d = draw(st.integers(-1, rank - 1))
         if d < 0:
             rep *= f

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_sharding_model import (SETTINGS, holder_mask, manual_group_of_device,
+from test_sharding_model import (SETTINGS, prime_factors, holder_mask, manual_group_of_device,
                                  sharding_and_shape, sharding_on_devices, shapes_for,
                                  tile_index_of_device, tiled_shardings)
 
@@ -165,22 +165,12 @@ def test_reverse_matches_model_on_even_dims(s, data):
 
 
 # -- reshape -------------------------------------------------------------------------
-def _factors(n: int) -> list[int]:
-    out, f = [], 2
-    while n > 1:
-        while n % f == 0:
-            out.append(f)
-            n //= f
-        f += 1
-    return out
-
-
 @st.composite
 def reshape_target(draw, dims):
     """Out dims from splitting, merging (adjacent) and adding/removing 1s."""
     parts: list[int] = []
     for d in dims:
-        fs = _factors(d) or [1]
+        fs = prime_factors(d) or [1]
         if len(fs) > 1 and draw(st.booleans()):
             k = draw(st.integers(1, len(fs) - 1))
             parts += [math.prod(fs[:k]), math.prod(fs[k:])]
@@ -203,7 +193,7 @@ def reshape_target(draw, dims):
 def shuffled_target(draw, dims):
     """Out dims regrouping the prime factors of ``dims``, often in another order (so
     the reshape transposes elements, the case of XLA's gcd rule)."""
-    primes = [f for d in dims for f in _factors(d)]
+    primes = [f for d in dims for f in prime_factors(d)]
     rnd = draw(st.randoms(use_true_random=False))
     if draw(st.booleans()):
         rnd.shuffle(primes)
@@ -483,8 +473,6 @@ def test_is_subtiling_padding_shards():
 
 # -- scale -----------------------------------------------------------------------------
 def test_2048_devices_fast():
-    import time
-    t0 = time.perf_counter()
     s = HloSharding.iota_tile([16, 8, 16], [8, 16, 16], [1, 2, 0],
                               replicate_on_last_tile_dim=True)
     dims = (4096, 1000)

@@ -1,7 +1,6 @@
 """Device grouping (paper section 4.4), ungrouping, iota replica groups."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -145,7 +144,6 @@ def test_iota_replica_groups_examples():
     assert iota_replica_groups([[0, 1], [2]]) is None
     assert iota_replica_groups([[1, 2], [3, 4]]) is None
     s = HloSharding.iota_tile([16, 8, 16], [8, 16, 16], [1, 2, 0])
-    t0 = time.perf_counter()
     g = group_by_dims(s, [1])
     res = iota_replica_groups(g.device_groups)
     assert res is not None and res[:2] == (8, 256)

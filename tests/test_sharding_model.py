@@ -58,7 +58,8 @@ def manual_group_of_device(s: HloSharding) -> dict[int, int]:
 
 
 # -- strategies --------------------------------------------------------------------
-def _factor(n: int) -> list[int]:
+def prime_factors(n: int) -> list[int]:
+    """Prime factors of n with multiplicity (shared by the sharding test strategies)."""
     out, f = [], 2
     while n > 1:
         while n % f == 0:
@@ -71,7 +72,7 @@ def _factor(n: int) -> list[int]:
 @st.composite
 def reshape_dims_for(draw, n: int) -> list[int]:
     """A random factorisation of n (random grouping of prime factors, maybe 1s)."""
-    factors = _factor(n)
+    factors = prime_factors(n)
     rnd = draw(st.randoms(use_true_random=False))
     rnd.shuffle(factors)
     dims: list[int] = []
@@ -138,7 +139,7 @@ def tiled_shardings(draw, max_rank: int = 4, max_devices: int = 64, min_rank: in
 def sharding_on_devices(draw, n: int, rank: int) -> HloSharding:
     """A tiled sharding over exactly devices 0..n-1 (prime factors spread over dims)."""
     dims = [1] * (rank + 1)
-    for f in _factor(n):
+    for f in prime_factors(n):
         dims[draw(st.integers(0, rank))] *= f
     ta = draw(tile_assignments(dims))
     return HloSharding.tile(ta, replicate_on_last_tile_dim=True)
