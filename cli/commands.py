@@ -3,9 +3,35 @@ from __future__ import annotations
 
 import click
 
-from hlo_spmd.ir.io import load_module, save_module
+from hlo_spmd_cli.common import read_module as load_module
+from hlo_spmd_cli.common import label, status, write_module
 from hlo_spmd_cli.main import cli
 from hlo_spmd_cli.render import render_hlo
+
+_QUIET = click.option("-q", "--quiet", is_flag=True, help="No status lines on stderr.")
+_MESH = click.option("--mesh", default=None, metavar="AXES",
+                     help="Device mesh, e.g. 'data=2,model=4' (for --shard, and to print "
+                          "shardings in mesh-axis form).")
+_SHARD = click.option("--shard", "shards", multiple=True, metavar="TARGET=SPEC",
+                      help="Annotate TARGET (instruction name, '#K' entry parameter, 'out' / "
+                           "'out#K' result) with SPEC: one entry per dim, a mesh axis, "
+                           "'a+b' (major first) or '_'. Repeatable.")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+
+
+def _known_mesh(module, mesh: str | None):
+    """The mesh given on the command line, else the module's Shardy mesh, else None."""
+    from hlo_spmd.annotations.cli_spec import module_mesh, parse_mesh
+
+    return parse_mesh(mesh) if mesh else module_mesh(module)
+
+
+def _shapes(*modules) -> dict:
+    out = {}
+    for m in modules:
+        for i in m.instructions():
+            out.setdefault(i.name, i.shape)
+    return out
 
 
 @cli.command()
@@ -15,11 +41,13 @@ from hlo_spmd_cli.render import render_hlo
 @click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None,
               help="Force the output format instead of deciding from OUT's suffix.")
 @click.option("--no-verify", is_flag=True, help="Skip the structural verifier on the input.")
-def convert(src: str, out: str, fmt: str | None, no_verify: bool) -> None:
-    """Convert between HloModuleProto (.pb, or XLA's HloProto/HloSnapshot dumps) and HLO text."""
+@_QUIET
+def convert(src: str, out: str, fmt: str | None, no_verify: bool, quiet: bool) -> None:
+    """Convert between HloModuleProto (.pb, or XLA's HloProto/HloSnapshot dumps) and HLO text.
+    IN / OUT may be '-' (stdin / stdout)."""
     module = load_module(src, verify=not no_verify)
-    save_module(module, out, fmt)
-    click.echo(f"wrote {out}", err=True)
+    write_module(module, out, fmt)
+    status(f"wrote {label(out)}", quiet)
 
 
 @cli.command()
@@ -31,39 +59,107 @@ def convert(src: str, out: str, fmt: str | None, no_verify: bool) -> None:
               help="Show one instruction with its operands and users.")
 @click.option("--no-metadata", is_flag=True, help="Omit metadata={...} attributes.")
 @click.option("--color/--no-color", default=None, help="Force or disable highlighting.")
+@click.option("--grid", "grid", default=None, metavar="NAME",
+              help="Draw which device holds which tile of instruction NAME.")
+@_MESH
 def show(src: str, computation: str | None, annotated_only: bool, instruction: str | None,
-         no_metadata: bool, color: bool | None) -> None:
-    """Print a module in XLA's HLO syntax, highlighted, with every sharding shown."""
+         no_metadata: bool, color: bool | None, grid: str | None, mesh: str | None) -> None:
+    """Print a module in XLA's HLO syntax, highlighted, with every sharding shown (and in
+    mesh-axis form when a mesh is known: --mesh, or the module's Shardy mesh)."""
     from hlo_spmd.inspect import select_text
 
     module = load_module(src)
+    if grid is not None:
+        from hlo_spmd.errors import HloSpmdError
+        from hlo_spmd_cli.grid import tile_grid
+        from hlo_spmd_cli.render import render_grid
+
+        inst = module.find(grid)
+        if inst is None:
+            raise HloSpmdError(f"no instruction named {grid!r} in {src}")
+        render_grid(tile_grid(inst))
+        return
     text = select_text(module, computation=computation, annotated_only=annotated_only,
                        instruction=instruction, print_metadata=not no_metadata)
+    axes = _known_mesh(module, mesh)
+    if axes:
+        text = _annotate_mesh_forms(module, text, axes)
     render_hlo(text, color=color)
+
+
+def _annotate_mesh_forms(module, text: str, axes) -> str:
+    """Append ``/* mesh: data,_ */`` to each instruction line that has a sharding."""
+    import re
+
+    from hlo_spmd.annotations.cli_spec import mesh_form_of
+
+    forms = {}
+    for inst in module.instructions():
+        if inst.sharding is not None:
+            form = mesh_form_of(inst.sharding, inst.shape, axes)
+            if form is not None:
+                forms[inst.name] = form
+    name_re = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=")
+    out = []
+    for line in text.splitlines():
+        m = name_re.match(line)
+        if m and "sharding=" in line and m.group(1) in forms:
+            line = f"{line} /* mesh: {forms[m.group(1)]} */"
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 @cli.command()
 @click.argument("src", metavar="IN")
 @click.option("-o", "--output", "out", required=True, metavar="OUT",
-              help="Partitioned module; .hlo/.txt writes text, else HloModuleProto.")
+              help="Partitioned module; .hlo/.txt writes text, else HloModuleProto; '-' stdout.")
 @click.option("-n", "--num-partitions", type=int, default=None,
               help="Device count (default: what the shardings imply; a mismatch is an error).")
 @click.option("--complete", is_flag=True,
               help="The module already has a sharding on every instruction: skip completion.")
 @click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
+@click.option("--report", "report_path", default=None, metavar="FILE.json",
+              help="Write every inserted collective (kind, cost, cause, the op it serves) "
+                   "as JSON; '-' for stdout.")
+@_MESH
+@_SHARD
+@_QUIET
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
-              fmt: str | None) -> None:
-    """Complete shardings and partition IN into one per-device SPMD program."""
-    from hlo_spmd.passes.partition import partition as run_partition
+              fmt: str | None, report_path: str | None, mesh: str | None,
+              shards: tuple[str, ...], quiet: bool) -> None:
+    """Complete shardings and partition IN into one per-device SPMD program.
+    IN may be '-' (stdin)."""
+    from hlo_spmd.api import partition as api_partition
+    from hlo_spmd.report import top_causes_line
+    from hlo_spmd_cli.common import Progress, write_json
 
-    module = load_module(src, verify=True)
-    result = run_partition(module, num_partitions, complete=complete)
-    save_module(result.module, out, fmt)
-    fallbacks = result.report.replicated_fallbacks
-    click.echo(f"wrote {out}: {result.num_partitions} partitions, "
-               f"{result.module.instruction_count()} instructions"
-               + (f", {len(fallbacks)} ops replicated (no partitioned handler)" if fallbacks else ""),
-               err=True)
+    with Progress(quiet) as progress:
+        progress.step(f"loading {src}")
+        module = load_module(src, verify=True)
+        if shards or mesh:
+            from hlo_spmd.annotations.cli_spec import as_shard_specs, parse_mesh
+
+            parse_mesh(mesh) if mesh else None  # fail on a bad spec before any work
+            as_shard_specs(list(shards))
+        progress.step("completing shardings and partitioning")
+        result = api_partition(module, num_partitions, mesh=mesh, shard=list(shards),
+                               complete=complete)
+        progress.step(f"writing {label(out)}")
+        if report_path is not None and report_path == out:
+            from hlo_spmd.errors import InputError
+
+            raise InputError("--report and -o name the same file")
+        write_module(result.module, out, fmt)
+        if report_path is not None:
+            write_json(result.report, report_path)
+    fallbacks = result.report["replicated_fallbacks"]
+    status(f"wrote {label(out)}: {result.num_partitions} partitions, "
+           f"{result.module.instruction_count()} instructions"
+           + (f", {len(fallbacks)} ops replicated (no partitioned handler)" if fallbacks else ""),
+           quiet)
+    status(top_causes_line(result.report), quiet)
+    for w in result.warnings:
+        status(f"warning: {w}", quiet)
 
 
 @cli.command()
@@ -74,16 +170,21 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--rtol", type=float, default=None)
 @click.option("--atol", type=float, default=None)
+@click.option("--xla-logs", is_flag=True, help="Let XLA's own C++ log lines through to stderr.")
 def verify(original: str, partitioned: str, num_partitions: int | None, seed: int,
-           rtol: float | None, atol: float | None) -> None:
+           rtol: float | None, atol: float | None, xla_logs: bool) -> None:
     """Run ORIGINAL on one CPU device and PARTITIONED on N, and compare (needs jax)."""
     from hlo_spmd.ir.io import module_bytes
-    from hlo_spmd.runtime import verify as run_verify
+    from hlo_spmd_cli.xla_quiet import quiet_xla
 
     orig = load_module(original)
     part = load_module(partitioned)
     n = num_partitions or _recorded_partitions(part)
-    report = run_verify(module_bytes(orig), module_bytes(part), n, seed=seed, rtol=rtol, atol=atol)
+    with quiet_xla(enabled=not xla_logs):
+        from hlo_spmd.runtime import verify as run_verify
+
+        report = run_verify(module_bytes(orig), module_bytes(part), n, seed=seed, rtol=rtol,
+                            atol=atol)
     click.echo(str(report))
     if not report.ok:
         raise SystemExit(1)
@@ -110,22 +211,63 @@ def _recorded_partitions(module) -> int:
 
 @cli.command()
 @click.argument("src", metavar="IN")
-@click.option("-o", "--output", "out", required=True, metavar="OUT")
+@click.option("-o", "--output", "out", default=None, metavar="OUT",
+              help="The completed module ('-' stdout); optional with --json.")
 @click.option("--to-parameters", is_flag=True, help="Allow refining entry parameter shardings.")
 @click.option("--to-output", is_flag=True, help="Allow refining the root's sharding.")
 @click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
-def propagate(src: str, out: str, to_parameters: bool, to_output: bool, fmt: str | None) -> None:
+@_MESH
+@_SHARD
+@_JSON
+@_QUIET
+def propagate(src: str, out: str | None, to_parameters: bool, to_output: bool,
+              fmt: str | None, mesh: str | None, shards: tuple[str, ...], as_json: bool,
+              quiet: bool) -> None:
     """Complete IN's shardings: every instruction gets one; user annotations are kept."""
+    from hlo_spmd.errors import InputError
     from hlo_spmd.passes.propagation import propagate as run_propagation
+    from hlo_spmd_cli.common import Progress, write_json
 
-    module = load_module(src, verify=True)
-    result = run_propagation(module, propagate_to_parameters=to_parameters,
-                             propagate_to_output=to_output)
-    save_module(module, out, fmt)
+    if out is None and not as_json:
+        raise InputError("give -o OUT (or --json)")
+    if as_json and out == "-":
+        raise InputError("--json prints to stdout; give -o a file")
+    with Progress(quiet) as progress:
+        progress.step(f"loading {src}")
+        module = load_module(src, verify=True)
+        axes = None
+        if mesh or shards:
+            from hlo_spmd.api import annotate
+
+            annotate(module, mesh, list(shards))
+        axes = _known_mesh(module, mesh)
+        progress.step("completing shardings")
+        result = run_propagation(module, propagate_to_parameters=to_parameters,
+                                 propagate_to_output=to_output)
+        if out is not None:
+            progress.step(f"writing {label(out)}")
+            write_module(module, out, fmt)
     sharded = sum(1 for i in module.instructions() if i.sharding is not None)
-    click.echo(f"wrote {out}: {sharded}/{module.instruction_count()} instructions sharded, "
+    if as_json:
+        from hlo_spmd.annotations.cli_spec import mesh_form_of
+
+        fixed = set(result.fixed) if not isinstance(result.fixed, dict) else set(result.fixed)
+        rows = []
+        for comp in module.computations:
+            for i in comp.instructions:
+                row = {"computation": comp.name, "instruction": i.name, "opcode": i.opcode,
+                       "sharding": str(i.sharding) if i.sharding is not None else None}
+                if axes:
+                    row["mesh"] = mesh_form_of(i.sharding, i.shape, axes)
+                rows.append(row)
+        write_json({"module": module.name, "sharded": sharded,
+                    "instructions_total": module.instruction_count(),
+                    "user_annotations_kept": len(fixed), "iterations": result.iterations,
+                    "instructions": rows}, "-")
+    if out is not None:
+        status(f"wrote {label(out)}: {sharded}/{module.instruction_count()} instructions sharded, "
                f"{len(result.fixed)} user annotations kept, {result.iterations} iterations, "
-               f"{result.seconds:.2f}s", err=True)
+               f"{result.seconds:.2f}s", quiet)
 
 
 @cli.command()
@@ -133,18 +275,27 @@ def propagate(src: str, out: str, to_parameters: bool, to_output: bool, fmt: str
 @click.argument("name", metavar="NAME")
 @click.option("--alternatives/--no-alternatives", default=True, show_default=True,
               help="List the candidate shardings that lost, and why.")
-def explain(src: str, name: str, alternatives: bool) -> None:
+@_MESH
+@_JSON
+def explain(src: str, name: str, alternatives: bool, mesh: str | None, as_json: bool) -> None:
     """Why NAME got its sharding: the chain of rules and neighbours back to the user
     annotations it came from."""
     from hlo_spmd.errors import HloSpmdError
     from hlo_spmd.passes.propagation import propagate as run_propagation
-    from hlo_spmd_cli.render import render_explanation
+    from hlo_spmd_cli.render import explanation_json, render_explanation
 
     module = load_module(src, verify=True)
     if module.find(name) is None:
         raise HloSpmdError(f"no instruction named {name!r} in {src}")
+    axes = _known_mesh(module, mesh)
+    shapes = _shapes(module)
     result = run_propagation(module)
-    render_explanation(result, name, alternatives)
+    if as_json:
+        from hlo_spmd_cli.common import write_json
+
+        write_json(explanation_json(result, name, axes, shapes), "-")
+        return
+    render_explanation(result, name, alternatives, axes, shapes)
 
 
 @cli.command()
@@ -152,26 +303,45 @@ def explain(src: str, name: str, alternatives: bool) -> None:
 @click.argument("b", metavar="B")
 @click.option("--all", "show_all", is_flag=True,
               help="Also list instructions that exist in only one module.")
-def diff(a: str, b: str, show_all: bool) -> None:
+@_MESH
+@_JSON
+def diff(a: str, b: str, show_all: bool, mesh: str | None, as_json: bool) -> None:
     """Per instruction, the shardings that differ between modules A and B."""
     from hlo_spmd.diff import sharding_diff
-    from hlo_spmd_cli.render import render_diff
+    from hlo_spmd_cli.render import diff_json, render_diff
 
-    rows = sharding_diff(load_module(a), load_module(b), include_missing=show_all)
-    render_diff(rows, a, b)
+    ma, mb = load_module(a), load_module(b)
+    axes = _known_mesh(ma, mesh) or _known_mesh(mb, None)
+    shapes = _shapes(ma, mb)
+    rows = sharding_diff(ma, mb, include_missing=show_all)
+    if as_json:
+        from hlo_spmd_cli.common import write_json
+
+        write_json({"a": a, "b": b, "differences": diff_json(rows, axes, shapes)}, "-")
+        return
+    render_diff(rows, a, b, axes, shapes)
 
 
 @cli.command()
 @click.argument("src", metavar="IN")
 @click.option("--compare", "other", default=None, metavar="OTHER",
               help="A second partitioned module (e.g. XLA's) to show side by side.")
-def stats(src: str, other: str | None) -> None:
+@_JSON
+def stats(src: str, other: str | None, as_json: bool) -> None:
     """What partitioning cost: collectives per kind (count, in loops, bytes per device)
     and the largest live tensor."""
-    from hlo_spmd.stats import module_stats
+    from hlo_spmd.stats import module_stats, stats_json
     from hlo_spmd_cli.render import render_stats, render_stats_comparison
 
     a = module_stats(load_module(src))
+    if as_json:
+        from hlo_spmd_cli.common import write_json
+
+        obj = stats_json(a)
+        if other is not None:
+            obj = {"a": obj, "b": stats_json(module_stats(load_module(other)))}
+        write_json(obj, "-")
+        return
     if other is None:
         render_stats(a, src)
     else:

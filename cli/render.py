@@ -1,4 +1,9 @@
-"""Terminal rendering with rich: HLO text highlighting and tables."""
+"""Rendering: HLO text highlighting and tables, readable anywhere.
+
+On a terminal tables are drawn with rich, wide enough that no cell (a sharding string
+above all) is ever broken inside; when stdout is not a terminal (a pipe, a CI log) the
+same tables are plain aligned text, one row a line, so they can be grepped.
+"""
 from __future__ import annotations
 
 from rich.console import Console
@@ -42,85 +47,192 @@ def console(color: bool | None = None, stderr: bool = False) -> Console:
 
 def render_hlo(text: str, color: bool | None = None) -> None:
     out = console(color)
+    if not out.is_terminal and not color:
+        out.file.write(text if text.endswith("\n") or not text else text + "\n")
+        return
     highlighter = HloHighlighter()
     for line in text.splitlines():
         out.print(highlighter(line), markup=False, highlight=False)
 
 
-def render_diff(rows, a_label: str, b_label: str) -> None:
-    from rich.table import Table
+def _is_terminal(out: Console) -> bool:
+    return out.is_terminal
 
-    out = console()
-    if not rows:
-        out.print(f"no sharding differences between {a_label} and {b_label}")
+
+def emit_table(title: str | None, columns: list[str], rows: list[list[str]],
+               out: Console | None = None) -> None:
+    """One table: rich on a terminal (never wrapping a cell), plain text otherwise."""
+    out = out or console()
+    if not _is_terminal(out):
+        out.file.write(plain_table(title, columns, rows))
+        out.file.flush()
         return
-    table = Table(title=f"sharding differences: {a_label} -> {b_label}", show_lines=False)
-    for col in ("computation", "instruction", "opcode", "A", "B", "status"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r.computation, r.name, r.opcode, str(r.before) if r.before else "-",
-                      str(r.after) if r.after else "-", r.status)
-    out.print(table)
-    out.print(f"{len(rows)} instruction(s) differ")
-
-
-def render_explanation(result, name: str, alternatives: bool = True) -> None:
+    from rich.measure import Measurement
     from rich.table import Table
 
-    out = console()
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, no_wrap=True, overflow="ignore")
+    for r in rows:
+        table.add_row(*r)
+    need = Measurement.get(out, out.options.update(width=1 << 16), table).maximum
+    out.print(table, width=max(out.width, need), crop=False, markup=False, highlight=False)
+
+
+def plain_table(title: str | None, columns: list[str], rows: list[list[str]]) -> str:
+    """Aligned columns, two spaces apart; the last column is never padded."""
+    widths = [len(c) for c in columns]
+    for r in rows:
+        for i, cell in enumerate(r):
+            widths[i] = max(widths[i], len(cell))
+    lines = [title] if title else []
+
+    def line(cells):
+        parts = [c.ljust(widths[i]) if i < len(cells) - 1 else c for i, c in enumerate(cells)]
+        return "  ".join(parts).rstrip()
+
+    lines.append(line(columns))
+    for r in rows:
+        lines.append(line(r))
+    return "\n".join(lines) + "\n"
+
+
+def echo(text: str, out: Console | None = None) -> None:
+    """A line of plain text (no markup interpretation, never wrapped)."""
+    out = out or console()
+    if _is_terminal(out):
+        out.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        out.file.write(text + "\n")
+
+
+def _with_mesh(s, shape, mesh) -> str:
+    from hlo_spmd.annotations.cli_spec import mesh_form_of
+
+    form = mesh_form_of(s, shape, mesh) if mesh else None
+    return "-" if form is None else form
+
+
+def render_diff(rows, a_label: str, b_label: str, mesh=None, shapes=None) -> None:
+    if not rows:
+        echo(f"no sharding differences between {a_label} and {b_label}")
+        return
+    cols = ["computation", "instruction", "opcode", "A", "B", "status"]
+    if mesh:
+        cols[5:5] = ["A (mesh)", "B (mesh)"]
+    table = []
+    for r in rows:
+        row = [r.computation, r.name, r.opcode, str(r.before) if r.before else "-",
+               str(r.after) if r.after else "-", r.status]
+        if mesh:
+            shape = (shapes or {}).get(r.name)
+            row[5:5] = [_with_mesh(r.before, shape, mesh), _with_mesh(r.after, shape, mesh)]
+        table.append(row)
+    emit_table(f"sharding differences: {a_label} -> {b_label}", cols, table)
+    echo(f"{len(rows)} instruction(s) differ")
+
+
+def diff_json(rows, mesh=None, shapes=None) -> list[dict]:
+    out = []
+    for r in rows:
+        d = {"computation": r.computation, "instruction": r.name, "opcode": r.opcode,
+             "a": str(r.before) if r.before else None, "b": str(r.after) if r.after else None,
+             "status": r.status}
+        if mesh:
+            shape = (shapes or {}).get(r.name)
+            from hlo_spmd.annotations.cli_spec import mesh_form_of
+
+            d["a_mesh"] = mesh_form_of(r.before, shape, mesh)
+            d["b_mesh"] = mesh_form_of(r.after, shape, mesh)
+        out.append(d)
+    return out
+
+
+def explanation_json(result, name: str, mesh=None, shapes=None) -> dict:
+    from hlo_spmd.annotations.cli_spec import mesh_form_of
+
+    chain = result.explain(name)
+    out = {"instruction": name, "sharding": str(chain[0].sharding) if chain else None,
+           "chain": [], "alternatives": []}
+    for d in chain:
+        row = {"instruction": d.name, "sharding": str(d.sharding), "direction": d.direction,
+               "rule": d.rule, "from": list(d.sources),
+               "level": d.level if d.level >= 0 else None,
+               "iteration": d.iteration if d.level >= 0 else None}
+        if mesh:
+            row["mesh"] = mesh_form_of(d.sharding, (shapes or {}).get(d.name), mesh)
+        out["chain"].append(row)
+    if chain:
+        for a in chain[0].alternatives:
+            out["alternatives"].append({"sharding": str(a.sharding), "rule": a.rule,
+                                        "from": list(a.sources), "why": a.reason})
+    if mesh and chain:
+        out["mesh"] = mesh_form_of(chain[0].sharding, (shapes or {}).get(name), mesh)
+    return out
+
+
+def render_explanation(result, name: str, alternatives: bool = True, mesh=None,
+                       shapes=None) -> None:
     chain = result.explain(name)
     if not chain:
-        out.print(f"{name}: no sharding decision recorded")
+        echo(f"{name}: no sharding decision recorded")
         return
     head = chain[0]
-    out.print(f"[bold]{name}[/bold]: [bold red]{head.sharding}[/bold red]", highlight=False)
-    table = Table(title="how it got there (each row's source is the next row)")
-    for col in ("instruction", "sharding", "direction", "rule", "from", "level/iter"):
-        table.add_column(col, overflow="fold")
+    extra = ""
+    if mesh:
+        form = _with_mesh(head.sharding, (shapes or {}).get(name), mesh)
+        extra = f"  (mesh: {form})"
+    echo(f"{name}: {head.sharding}{extra}")
+    cols = ["instruction", "sharding", "direction", "rule", "from", "level/iter"]
+    if mesh:
+        cols.insert(2, "mesh")
+    rows = []
     for d in chain:
-        table.add_row(d.name, str(d.sharding), d.direction, d.rule, ", ".join(d.sources) or "-",
-                      f"{d.level}/{d.iteration}" if d.level >= 0 else "-")
-    out.print(table)
+        row = [d.name, str(d.sharding), d.direction, d.rule, ", ".join(d.sources) or "-",
+               f"{d.level}/{d.iteration}" if d.level >= 0 else "-"]
+        if mesh:
+            row.insert(2, _with_mesh(d.sharding, (shapes or {}).get(d.name), mesh))
+        rows.append(row)
+    emit_table("how it got there (each row's source is the next row)", cols, rows)
     if alternatives and head.alternatives:
-        alt = Table(title=f"candidates for {name} that lost")
-        for col in ("sharding", "rule", "from", "why it lost"):
-            alt.add_column(col, overflow="fold")
-        for a in head.alternatives:
-            alt.add_row(str(a.sharding), a.rule, ", ".join(a.sources) or "-", a.reason)
-        out.print(alt)
+        emit_table(f"candidates for {name} that lost", ["sharding", "rule", "from", "why it lost"],
+                   [[str(a.sharding), a.rule, ", ".join(a.sources) or "-", a.reason]
+                    for a in head.alternatives])
 
 
 def render_stats(stats, label: str) -> None:
-    from rich.table import Table
-
     from hlo_spmd.stats import format_bytes, stats_rows
 
-    table = Table(title=f"{label}: {stats.instruction_count} instructions, "
-                        f"{stats.num_devices or '?'} devices")
-    for col in ("item", "count", "in loops", "bytes/device", "bytes in loops", "max group",
-                "detail"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("item", "bytes/device"))
+    rows = []
     for r in stats_rows(stats):
-        table.add_row(r["item"], _cell(r["count"]), _cell(r["in_loops"]),
-                      format_bytes(r["bytes"]) if r["bytes"] is not None else "-",
-                      format_bytes(r["bytes_in_loops"]) if r["bytes_in_loops"] else "-",
-                      _cell(r["max_group"]), r["detail"] or "")
-    console().print(table)
+        rows.append([r["item"], _cell(r["count"]), _cell(r["in_loops"]),
+                     format_bytes(r["bytes"]) if r["bytes"] is not None else "-",
+                     format_bytes(r["bytes_in_loops"]) if r["bytes_in_loops"] else "-",
+                     _cell(r["max_group"]), r["detail"] or ""])
+    emit_table(f"{label}: {stats.instruction_count} instructions, "
+               f"{stats.num_devices or '?'} devices",
+               ["item", "count", "in loops", "bytes/device", "bytes in loops", "max group",
+                "detail"], rows)
 
 
 def render_stats_comparison(a, b, label_a: str, label_b: str) -> None:
-    from rich.table import Table
-
     from hlo_spmd.stats import comparison_rows, format_bytes
 
-    table = Table(title=f"{label_a} vs {label_b}")
-    for col in ("item", "count A", "count B", "bytes/device A", "bytes/device B"):
-        table.add_column(col, no_wrap=col == "item")
+    rows = []
     for r in comparison_rows(a, b, ("a", "b")):
-        table.add_row(r["item"], _cell(r["a_count"]), _cell(r["b_count"]),
-                      format_bytes(r["a_bytes"]) if r["a_bytes"] is not None else "-",
-                      format_bytes(r["b_bytes"]) if r["b_bytes"] is not None else "-")
-    console().print(table)
+        rows.append([r["item"], _cell(r["a_count"]), _cell(r["b_count"]),
+                     format_bytes(r["a_bytes"]) if r["a_bytes"] is not None else "-",
+                     format_bytes(r["b_bytes"]) if r["b_bytes"] is not None else "-"])
+    emit_table(f"{label_a} vs {label_b}",
+               ["item", "count A", "count B", "bytes/device A", "bytes/device B"], rows)
+
+
+def render_grid(grid, out: Console | None = None) -> None:
+    """``show --grid``: which device holds which tile (see hlo_spmd.inspect.tile_grid)."""
+    echo(grid["title"], out)
+    if grid.get("note"):
+        echo(grid["note"], out)
+    emit_table(None, grid["columns"], grid["rows"], out)
 
 
 def _cell(v) -> str:

@@ -296,5 +296,29 @@ def comparison_rows(a: ModuleStats, b: ModuleStats,
     return out
 
 
-__all__ = ["ModuleStats", "CollectiveSummary", "ArrayInfo", "module_stats", "stats_rows",
+def stats_json(stats: ModuleStats) -> dict:
+    """``stats --json``: the table's figures plus one entry per collective instruction."""
+    big = stats.largest_array
+    return {
+        "module": stats.module,
+        "num_devices": stats.num_devices,
+        "instruction_count": stats.instruction_count,
+        "collectives": {k: {"count": c.count, "in_loops": c.count_in_loops,
+                            "bytes_per_device": c.bytes_per_device,
+                            "bytes_in_loops": c.bytes_in_loops,
+                            "max_group_size": c.max_group_size}
+                        for k, c in stats.collectives.items()},
+        "total": {"count": stats.total_count, "in_loops": stats.total_count_in_loops,
+                  "bytes_per_device": stats.total_bytes_per_device,
+                  "bytes_in_loops": stats.total_bytes_in_loops},
+        "largest_array": ({"name": big.name, "computation": big.computation,
+                           "shape": big.shape, "bytes": big.bytes} if big else None),
+        "peak_live_bytes": stats.peak_live_bytes,
+        "instructions": [{"kind": r.kind, "instruction": r.name, "computation": r.computation,
+                          "group_size": r.group_size, "bytes_per_device": r.bytes_per_device,
+                          "in_loop": r.in_loop} for r in stats.records],
+    }
+
+
+__all__ = ["ModuleStats", "stats_json", "CollectiveSummary", "ArrayInfo", "module_stats", "stats_rows",
            "comparison_rows", "format_bytes", "ALIASING_OPS"]

@@ -30,19 +30,22 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
 
 
 class CollectiveFactory:
-    def __init__(self, builder: Builder, grouping: DeviceGrouping) -> None:
+    def __init__(self, builder: Builder, grouping: DeviceGrouping, log=None) -> None:
+        from hlo_spmd.passes.partition.causes import CauseLog
+
         self.b = builder
         self.grouping = grouping
+        self.log = log if log is not None else CauseLog()  # why each collective exists
         self._tables: dict[tuple, Instruction] = {}
         self._pid: Instruction | None = None
 
     def with_grouping(self, grouping: DeviceGrouping) -> "CollectiveFactory":
-        out = CollectiveFactory(self.b, grouping)
+        out = CollectiveFactory(self.b, grouping, self.log)
         out._pid = self._pid
         return out
 
     def with_builder(self, builder: Builder) -> "CollectiveFactory":
-        return CollectiveFactory(builder, self.grouping)
+        return CollectiveFactory(builder, self.grouping, self.log)
 
     # -- groups -------------------------------------------------------------------------
     def _groups(self, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
@@ -53,19 +56,19 @@ class CollectiveFactory:
                    name: str | None = None) -> Instruction:
         if np.asarray(logical_groups).shape[-1] == 1:
             return x
-        return self.b.all_reduce(x, reducer, self._groups(logical_groups), name=name)
+        return self.log.note(self.b.all_reduce(x, reducer, self._groups(logical_groups), name=name))
 
     def all_gather(self, x: Instruction, dim: int, logical_groups: np.ndarray,
                    name: str | None = None) -> Instruction:
         if np.asarray(logical_groups).shape[-1] == 1:
             return x
-        return self.b.all_gather(x, dim, self._groups(logical_groups), name=name)
+        return self.log.note(self.b.all_gather(x, dim, self._groups(logical_groups), name=name))
 
     def reduce_scatter(self, x: Instruction, dim: int, reducer: str,
                        logical_groups: np.ndarray, name: str | None = None) -> Instruction:
         if np.asarray(logical_groups).shape[-1] == 1:
             return x
-        return self.b.reduce_scatter(x, dim, reducer, self._groups(logical_groups), name=name)
+        return self.log.note(self.b.reduce_scatter(x, dim, reducer, self._groups(logical_groups), name=name))
 
     def all_to_all(self, x: Instruction, dim: int, logical_groups: np.ndarray,
                    name: str | None = None) -> Instruction:
@@ -73,12 +76,12 @@ class CollectiveFactory:
         member j, received chunks are concatenated along ``dim`` in member order."""
         if np.asarray(logical_groups).shape[-1] == 1:
             return x
-        return self.b.all_to_all(x, self._groups(logical_groups), split_dimension=dim, name=name)
+        return self.log.note(self.b.all_to_all(x, self._groups(logical_groups), split_dimension=dim, name=name))
 
     def collective_permute(self, x: Instruction, logical_pairs: Sequence[tuple[int, int]] | np.ndarray,
                            name: str | None = None) -> Instruction:
         pairs = self.grouping.physical_pairs(np.asarray(logical_pairs, dtype=np.int64))
-        return self.b.collective_permute(x, [tuple(p) for p in pairs.tolist()], name=name)
+        return self.log.note(self.b.collective_permute(x, [tuple(p) for p in pairs.tolist()], name=name))
 
     # -- partition-dependent values -----------------------------------------------------
     def partition_id(self) -> Instruction:

@@ -30,6 +30,7 @@ class PartitionReport:
     replicated_fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (name, opcode)
     unsharded_inputs: list[str] = field(default_factory=list)
     handler_of: dict[str, str] = field(default_factory=dict)
+    causes: object = None  # causes.CauseLog: why each output collective exists
 
 
 class PartitionError(HloSpmdError):
@@ -90,6 +91,10 @@ class PartitionContext:
         from hlo_spmd.passes.partition.reshard import reshard
 
         return reshard(self, pv, target)
+
+    def cause(self, kind: str | None = None, serves: Instruction | None = None):
+        """Scope: collectives created inside exist because of ``kind``, for ``serves``."""
+        return self.f.log.scope(kind, serves)
 
     # -- helpers ------------------------------------------------------------------------
     def clone(self, comp: Computation) -> Computation:

@@ -84,7 +84,8 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
                    else HANDLERS.get(inst.opcode, handle_replicated))
         ctx.b.metadata = inst.attrs.metadata if inst.attrs.HasField("metadata") else None
         try:
-            pv = handler(ctx, inst)
+            with ctx.cause(serves=inst):
+                pv = handler(ctx, inst)
         except HloSpmdError:
             raise
         except Exception as e:  # a bug: name the instruction it happened on
@@ -129,6 +130,7 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
     out.entry = entry
     b = Builder(entry)
     ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping.flat(num_partitions)))
+    state.report.causes = ctx.f.log
 
     param_shardings: list[HloSharding] = []
     new_params: list[Instruction] = []

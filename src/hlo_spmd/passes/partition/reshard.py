@@ -19,6 +19,7 @@ import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding, device_offsets, tile_shape
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 SPECIAL_ROUTES: list = []
 
 
+@reshard_scope
 def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
     src = pv.sharding
     if src == target:
@@ -90,6 +92,7 @@ def gather_groups(s: HloSharding, dim: int) -> np.ndarray:
     return np.moveaxis(arr, dim, -1).reshape(-1, arr.shape[dim])
 
 
+@replicate_scope
 def replicate(ctx: "PartitionContext", pv: PValue) -> PValue:
     """Tiled (possibly partially replicated) -> replicated via all-gathers."""
     s = pv.sharding

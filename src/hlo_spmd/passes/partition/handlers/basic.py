@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -119,6 +120,7 @@ CUSTOM_CALLS = {
 }
 
 
+@with_cause("fallback")
 def handle_replicated(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Any op without a handler: run it on whole (replicated) operands, then cut the
     result's tiles. Correct for every op; reported so users see what was not partitioned."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, DotDims, data_tiles,
@@ -88,6 +89,7 @@ def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, 
     return ctx.reshard(pv, p.out)
 
 
+@with_cause("contraction")
 def _emit_base(ctx: PartitionContext, inst: Instruction, plan: BasePlan, p: Problem,
                lhs: PValue, rhs: PValue, out_shape) -> PValue:
     d = p.dims
@@ -116,6 +118,7 @@ def _emit_base(ctx: PartitionContext, inst: Instruction, plan: BasePlan, p: Prob
     return PValue(x, out_shape, plan.result)
 
 
+@with_cause("contraction")
 def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Problem,
                 lhs: PValue, rhs: PValue, out_shape) -> PValue:
     l = ctx.reshard(lhs, plan.lhs_t)

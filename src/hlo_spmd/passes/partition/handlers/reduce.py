@@ -39,6 +39,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
@@ -244,6 +245,7 @@ def _gather_and_reduce(ctx: PartitionContext, inst: Instruction, partials: list[
 
 
 @handles("reduce")
+@with_cause("reduction")
 def handle_reduce(ctx: PartitionContext, inst: Instruction) -> PValue:
     b = ctx.b
     n = len(inst.operands) // 2

@@ -40,6 +40,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -413,6 +414,7 @@ def exchange_window(ctx: PartitionContext, x: Instruction, xs: HloSharding, cs: 
     return emit_window(ctx, x, plan, cs, dim, tidx)
 
 
+@with_cause("halo")
 def emit_window(ctx: PartitionContext, x: Instruction, plan: WindowPlan, cs: HloSharding,
                 dim: int, tidx: np.ndarray) -> Instruction:
     """The windows of ``plan`` from the local piece ``x`` (see ``exchange_window``)."""

@@ -1,0 +1,119 @@
+"""Shared pieces of the commands: ``-`` for stdin/stdout, atomic JSON output, status
+lines that ``--quiet`` silences, and a progress line for long runs."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+STDIO = "-"
+
+
+def read_module(src: str, verify: bool = False):
+    """Load ``src``; ``-`` reads stdin (proto or text, detected from the content)."""
+    from hlo_spmd.ir.io import load_module, load_module_bytes, verify_with_source
+
+    if src != STDIO:
+        return load_module(src, verify=verify)
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    module = load_module_bytes(data, "<stdin>")
+    if verify:
+        verify_with_source(module, "<stdin>")
+    return module
+
+
+def write_module(module, out: str, fmt: str | None) -> None:
+    """Save atomically; ``-`` writes stdout (HLO text unless ``--format proto``)."""
+    from hlo_spmd.ir.io import module_bytes, module_text, save_module
+
+    if out != STDIO:
+        save_module(module, out, fmt)
+        return
+    data = module_bytes(module) if fmt == "proto" else module_text(module).encode("utf-8")
+    stream = click.get_binary_stream("stdout")
+    stream.write(data)
+    stream.flush()
+
+
+def write_json(obj: Any, out: str) -> None:
+    """JSON, key order as built (deterministic); ``-`` is stdout; files are atomic."""
+    from hlo_spmd.ir.io import write_atomic
+
+    text = json.dumps(obj, indent=1, sort_keys=False) + "\n"
+    if out == STDIO:
+        click.echo(text, nl=False)
+    else:
+        write_atomic(out, text.encode("utf-8"))
+
+
+def label(path: str) -> str:
+    return "<stdout>" if path == STDIO else path
+
+
+def status(msg: str, quiet: bool) -> None:
+    if not quiet:
+        click.echo(msg, err=True)
+
+
+class Progress:
+    """After ``HLO_SPMD_PROGRESS_AFTER`` seconds (default 2) of one command, a line on
+    stderr names the step under way, and one more each time the step changes."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.step_name = "starting"
+        self.t0 = time.monotonic()
+        self.shown = False
+        self._last_shown: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            self.after = float(os.environ.get("HLO_SPMD_PROGRESS_AFTER", "2"))
+        except ValueError:
+            self.after = 2.0
+
+    def __enter__(self) -> "Progress":
+        if not self.quiet:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.shown and exc[0] is None:
+            self._say(f"done in {time.monotonic() - self.t0:.1f} s")
+
+    def step(self, name: str) -> None:
+        with self._lock:
+            self.step_name = name
+        if self.shown and not self.quiet:
+            self._maybe_show()
+
+    def _say(self, text: str) -> None:
+        try:
+            sys.stderr.write(f"hlo-spmd: {text}\n")
+            sys.stderr.flush()
+        except (ValueError, OSError):  # stderr closed under us: nothing to report to
+            pass
+
+    def _maybe_show(self) -> None:
+        with self._lock:
+            name = self.step_name
+            if name == self._last_shown:
+                return
+            self._last_shown = name
+            self.shown = True
+        self._say(f"{name} ... ({time.monotonic() - self.t0:.1f} s)")
+
+    def _run(self) -> None:
+        if self._stop.wait(self.after):
+            return
+        self._maybe_show()

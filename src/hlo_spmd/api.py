@@ -1,0 +1,117 @@
+"""The Python API: load a module and partition it, as the CLI does, without the CLI.
+
+    import hlo_spmd
+    m = hlo_spmd.load("model.pb")                      # path, bytes, HLO text or a Module
+    r = hlo_spmd.partition(m, mesh="data=2,model=4", shard={"#0": "data,_"})
+    r.module, r.report, r.serialize()                  # Module, report dict, proto bytes
+
+``partition`` never changes the module it is given: it works on a copy, so one loaded
+module can be partitioned several times (other device counts, other annotations). The
+report is the dict ``hlo-spmd partition --report`` writes (:mod:`hlo_spmd.report`).
+The whole pipeline mirrors XLA's ShardingPropagation + SpmdPartitioner passes.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from hlo_spmd.ir.module import Module
+
+Source = Union[str, bytes, os.PathLike, Module]
+
+
+def load(src: Source, verify: bool = True) -> Module:
+    """A module from a path, serialized bytes (HloModuleProto / HloProto / HloSnapshot),
+    HLO text, or a Module (returned as is). ``verify`` runs the structural verifier."""
+    from hlo_spmd.ir.io import load_module, load_module_bytes, looks_like_text, verify_with_source
+
+    if isinstance(src, Module):
+        return src
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        module = load_module_bytes(bytes(src), "<bytes>")
+        if verify:
+            verify_with_source(module, "<bytes>")
+        return module
+    if isinstance(src, str) and looks_like_text(src[:4096].encode("utf-8", "replace")):
+        module = load_module_bytes(src.encode("utf-8"), "<text>")
+        if verify:
+            verify_with_source(module, "<text>")
+        return module
+    return load_module(src, verify=verify)
+
+
+def copy_module(module: Module) -> Module:
+    """A deep copy (through the lossless proto form)."""
+    from hlo_spmd.ir.proto_io import module_from_proto, module_to_proto
+
+    copy = module_from_proto(module_to_proto(module), module.name)
+    copy.config = dict(module.config) if isinstance(module.config, dict) else module.config
+    return copy
+
+
+@dataclass
+class PartitionResult:
+    """The per-device program and what it took."""
+    module: Module
+    num_partitions: int
+    report: dict
+    warnings: list[str] = field(default_factory=list)
+
+    def serialize(self) -> bytes:
+        """The partitioned module as serialized HloModuleProto bytes."""
+        from hlo_spmd.ir.io import module_bytes
+
+        return module_bytes(self.module)
+
+    def text(self) -> str:
+        """The partitioned module as HLO text."""
+        from hlo_spmd.ir.io import module_text
+
+        return module_text(self.module)
+
+
+def annotate(module: Module, mesh: Any = None, shard: Any = None) -> Module:
+    """Apply ``mesh`` / ``shard`` annotations (see :mod:`hlo_spmd.annotations.cli_spec`)
+    to ``module`` in place. Without ``mesh``, the module's own Shardy mesh is used."""
+    from hlo_spmd.annotations.cli_spec import (apply_shards, as_shard_specs, module_mesh,
+                                               parse_mesh)
+
+    specs = as_shard_specs(shard)
+    if mesh is None and not specs:
+        return module
+    axes = parse_mesh(mesh) if mesh is not None else module_mesh(module)
+    apply_shards(module, axes, specs)
+    return module
+
+
+def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
+              shard: Mapping[str, Any] | Sequence[str] | None = None, *,
+              complete: bool = False) -> PartitionResult:
+    """Complete the shardings and partition ``src`` into one per-device SPMD program.
+
+    ``mesh``: ``"data=2,model=4"``, ``{"data": 2, "model": 4}`` or pairs; ``shard``:
+    ``{"#0": "data,_", "out": "_,model"}`` or ``["#0=data,_", ...]`` (targets: instruction
+    name, ``#K`` entry parameter, ``out`` / ``out#K`` result). ``num_partitions``
+    defaults to what the shardings (or the mesh) imply.
+    """
+    from hlo_spmd.passes.partition import partition as run_partition
+    from hlo_spmd.report import build_report
+
+    original = load(src)
+    module = copy_module(original)
+    annotate(module, mesh, shard)
+    if num_partitions is None and mesh is not None:
+        from hlo_spmd.annotations.cli_spec import parse_mesh
+
+        import math
+        num_partitions = math.prod(s for _, s in parse_mesh(mesh))
+    result = run_partition(module, num_partitions, complete=complete)
+    report = build_report(result.module, result.report.causes, result.num_partitions,
+                          original, result.report.replicated_fallbacks)
+    warnings = [r["message"] for r in report["full_rematerializations"]]
+    return PartitionResult(result.module, result.num_partitions, report, warnings)
+
+
+__all__ = ["load", "partition", "annotate", "copy_module", "PartitionResult"]

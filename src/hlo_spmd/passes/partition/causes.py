@@ -1,0 +1,143 @@
+"""Why each collective exists: a scope stack read by the collective factory.
+
+XLA's partitioner leaves users guessing which op a collective serves and why ("involuntary
+full rematerialization", openxla/xla#15207). Here the reason is recorded where a
+collective is created: code that emits collectives runs inside a scope naming the cause
+(``reshard``, ``contraction``, ``reduction``, ``halo``, ``fallback``), the driver adds the
+input instruction being partitioned (``for``), and ``reshard`` adds the from/to
+shardings. :class:`~hlo_spmd.collectives.factory.CollectiveFactory` notes the current
+scope on every collective it creates; collectives copied from the input (already manual
+user code) carry no note and are reported as cause ``user``.
+
+A reshard inside the fallback stays ``fallback`` (the op's operands were replicated
+because the op has no partitioned handler); elsewhere the innermost cause wins.
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from hlo_spmd.ir.instruction import Instruction
+    from hlo_spmd.sharding import HloSharding
+
+CAUSES = ("reshard", "contraction", "reduction", "halo", "fallback", "user")
+
+
+@dataclass(frozen=True)
+class Scope:
+    cause: str | None = None
+    serves: "Instruction | None" = None
+    src: "HloSharding | None" = None
+    dst: "HloSharding | None" = None
+
+
+@dataclass(frozen=True)
+class Remat:
+    """A sharded value made whole on every device although its target is not replicated
+    (reshard through replicated), or because its user has no partitioned handler."""
+    serves: str | None
+    opcode: str | None
+    src: str
+    dst: str
+    cause: str
+
+    def message(self) -> str:
+        op = f"{self.serves} ({self.opcode})" if self.serves else "the result"
+        why = ("no partitioned handler" if self.cause == "fallback"
+               else "no cheaper route between the shardings")
+        return f"full rematerialization for {op}: {self.src} -> {self.dst} ({why})"
+
+
+class CauseLog:
+    """The scope stack and what was noted; shared by every factory of one run."""
+
+    def __init__(self) -> None:
+        self._stack: list[Scope] = [Scope()]
+        # id(output instruction) -> (instruction, scope). The instruction is kept so that
+        # an id is never reused by another object while the log lives.
+        self.notes: dict[int, tuple[Any, Scope]] = {}
+        self.remats: list[Remat] = []
+
+    @property
+    def current(self) -> Scope:
+        return self._stack[-1]
+
+    @contextmanager
+    def scope(self, cause: str | None = None, serves: "Instruction | None" = None,
+              src: "HloSharding | None" = None, dst: "HloSharding | None" = None) -> Iterator[Scope]:
+        top = self._stack[-1]
+        if cause is None or (cause == "reshard" and top.cause == "fallback"):
+            cause = top.cause
+        new = Scope(cause, serves if serves is not None else top.serves,
+                    src if src is not None else top.src, dst if dst is not None else top.dst)
+        self._stack.append(new)
+        try:
+            yield new
+        finally:
+            self._stack.pop()
+
+    def note(self, inst: "Instruction") -> "Instruction":
+        """Record the current scope on a collective just created; returns it."""
+        self.notes[id(inst)] = (inst, self.current)
+        return inst
+
+    def lookup(self, inst: "Instruction") -> Scope | None:
+        got = self.notes.get(id(inst))
+        return got[1] if got is not None and got[0] is inst else None
+
+    def note_replicate(self, src: "HloSharding") -> None:
+        """``replicate`` is about to gather a tiled value whole: a full rematerialization
+        unless the value was asked for replicated by its user."""
+        top = self.current
+        if top.cause != "fallback" and (top.dst is None or top.dst.is_replicated):
+            return
+        dst = top.dst if top.dst is not None and top.cause != "fallback" else None
+        serves = top.serves
+        self.remats.append(Remat(serves.name if serves is not None else None,
+                                 serves.opcode if serves is not None else None,
+                                 str(src), str(dst) if dst is not None else "{replicated}",
+                                 top.cause or "reshard"))
+
+
+def _log(ctx: Any) -> CauseLog:
+    return ctx.f.log
+
+
+def with_cause(cause: str) -> Callable:
+    """Decorator for functions ``f(ctx, ...)``: collectives created inside have ``cause``."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def inner(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+            with _log(ctx).scope(cause):
+                return fn(ctx, *args, **kwargs)
+        return inner
+    return wrap
+
+
+def reshard_scope(fn: Callable) -> Callable:
+    """Decorator for ``reshard(ctx, pv, target)``: cause ``reshard`` with from/to."""
+    @functools.wraps(fn)
+    def inner(ctx: Any, pv: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if pv.sharding == target:
+            return fn(ctx, pv, target, *args, **kwargs)
+        with _log(ctx).scope("reshard", src=pv.sharding, dst=target):
+            return fn(ctx, pv, target, *args, **kwargs)
+    return inner
+
+
+def replicate_scope(fn: Callable) -> Callable:
+    """Decorator for ``replicate(ctx, pv)``: notes full rematerializations."""
+    @functools.wraps(fn)
+    def inner(ctx: Any, pv: Any, *args: Any, **kwargs: Any) -> Any:
+        s = pv.sharding
+        if s.is_tiled and any(t > 1 for t in s.tile_dims_for_data()):
+            _log(ctx).note_replicate(s)
+        return fn(ctx, pv, *args, **kwargs)
+    return inner
+
+
+__all__ = ["CAUSES", "CauseLog", "Scope", "Remat", "with_cause", "reshard_scope",
+           "replicate_scope"]
