@@ -26,6 +26,9 @@ def tile_grid(inst) -> dict:
 
     s, shape = inst.sharding, inst.shape
     title = f"{inst.name}: {shape.to_text(print_layout=False)} {s if s is not None else '(no sharding)'}"
+    if shape.is_tuple and (s is None or s.is_tuple):
+        raise HloSpmdError(f"{inst.name} is a tuple; --grid takes an array value "
+                           "(name a get-tuple-element)")
     if s is None or s.is_replicated:
         return {"title": title, "note": "every device holds the whole value",
                 "columns": ["tile", "devices"], "rows": [["whole", "all"]]}

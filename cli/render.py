@@ -76,7 +76,14 @@ def emit_table(title: str | None, columns: list[str], rows: list[list[str]],
     for r in rows:
         table.add_row(*r)
     need = Measurement.get(out, out.options.update(width=1 << 16), table).maximum
-    out.print(table, width=max(out.width, need), crop=False, markup=False, highlight=False)
+    # Wider than the terminal if a row needs it: the terminal may fold the line, but the
+    # text itself keeps every sharding whole (copy, grep and logs see it intact).
+    width = out.width
+    out.width = max(width, need)
+    try:
+        out.print(table, crop=False, markup=False, highlight=False)
+    finally:
+        out.width = width
 
 
 def plain_table(title: str | None, columns: list[str], rows: list[list[str]]) -> str:

@@ -1,0 +1,131 @@
+"""`partition --report`: one entry per collective of the output, with the figures `stats`
+reports, a cause, and the input instruction it serves; the terminal line names the top
+causes and every full rematerialization is a warning."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_spmd.passes.partition.causes import CAUSES
+from hlo_spmd_cli.main import _register, cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "fixtures", "hlo")
+FIXTURES = sorted(glob.glob(os.path.join(FIX, "*.pb")))
+
+_register()
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def _partition(tmp_path, path):
+    out, rep = tmp_path / "out.pb", tmp_path / "report.json"
+    r = run("partition", path, "-o", str(out), "--report", str(rep))
+    assert r.exit_code == 0, r.stderr
+    return out, json.loads(rep.read_text()), r
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p)[:-3])
+def test_report_agrees_with_stats(tmp_path, path):
+    out, report, r = _partition(tmp_path, path)
+    s = run("stats", str(out), "--json")
+    assert s.exit_code == 0, s.stderr
+    stats = json.loads(s.stdout)
+    entries = report["collectives"]
+    assert len(entries) == stats["total"]["count"]
+    assert sum(e["bytes_per_device"] for e in entries) == pytest.approx(
+        stats["total"]["bytes_per_device"])
+    # entry by entry, the same instruction and the same figure
+    by_name = {(i["computation"], i["instruction"]): i for i in stats["instructions"]}
+    for e in entries:
+        st = by_name[(e["computation"], e["instruction"])]
+        assert e["kind"] == st["kind"] and e["bytes_per_device"] == st["bytes_per_device"]
+        assert e["cause"] in CAUSES
+        assert (e["in_loop"] is not None) == st["in_loop"]
+        if e["cause"] == "reshard":
+            assert e["from"] and e["to"] and e["from"] != e["to"]
+        if e["cause"] != "user":
+            assert e["for"], e
+    summary = report["summary"]
+    assert summary["total_count"] == len(entries)
+    assert sum(v["count"] for v in summary["by_cause"].values()) == len(entries)
+    assert sum(v["bytes_per_device"] for v in summary["by_cause"].values()) == pytest.approx(
+        stats["total"]["bytes_per_device"])
+    # the terminal line names the top cause by bytes
+    if entries:
+        top = max(summary["by_cause"].items(), key=lambda kv: kv[1]["bytes_per_device"])[0]
+        assert f"{top} " in r.stderr
+    else:
+        assert "no collectives" in r.stderr
+
+
+def test_report_causes_on_known_programs(tmp_path):
+    _, rep, _ = _partition(tmp_path, os.path.join(FIX, "mlp_2d_megatron.pb"))
+    (e,) = rep["collectives"]
+    assert (e["kind"], e["cause"]) == ("all-reduce", "contraction")
+    assert e["for"].startswith("dot")
+    _, rep, _ = _partition(tmp_path, os.path.join(FIX, "while_loop.pb"))
+    (e,) = rep["collectives"]
+    assert e["cause"] == "reduction" and e["in_loop"] is True  # data-dependent trip count
+    _, rep, _ = _partition(tmp_path, os.path.join(FIX, "pipeline_shift.pb"))
+    causes = {e["cause"] for e in rep["collectives"]}
+    assert "halo" in causes
+    # pipeline_shift's loop is a counted loop: the trip count is known
+    assert any(isinstance(e["in_loop"], int) and e["in_loop"] is not True
+               for e in rep["collectives"])
+
+
+def test_full_rematerialization_is_a_warning(tmp_path):
+    _, rep, r = _partition(tmp_path, os.path.join(FIX, "gather_scatter.pb"))
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("warning: full rematerialization")]
+    assert len(warnings) == len(rep["full_rematerializations"]) >= 1
+    assert any("gather" in w and "{devices=[8,1]<=[8]} -> {replicated}" in w for w in warnings)
+    assert all(e["cause"] == "fallback" for e in rep["collectives"])
+    assert {f["instruction"] for f in rep["replicated_fallbacks"]} >= \
+        {e["for"] for e in rep["collectives"]}
+    # no remat warning where nothing is made whole involuntarily
+    _, rep, r = _partition(tmp_path, os.path.join(FIX, "mlp_2d_megatron.pb"))
+    assert rep["full_rematerializations"] == [] and "warning" not in r.stderr
+
+
+def test_reshard_through_replicated_is_a_warning(tmp_path):
+    """A sharded value moved to one device is gathered whole on every device first:
+    warned, with the op and both shardings; the same value resharded along routes that
+    move only tiles is not."""
+    def module(target):
+        return f"""HloModule m, num_partitions=4
+
+ENTRY e {{
+  p = f32[7,13] parameter(0), sharding={{devices=[4,1]<=[4]}}
+  c = f32[7,13] custom-call(p), custom_call_target="Sharding", sharding={target}
+  ROOT n = f32[7,13] negate(c), sharding={target}
+}}
+"""
+    src = tmp_path / "m.hlo"
+    src.write_text(module("{maximal device=1}"))
+    _, rep, r = _partition(tmp_path, str(src))
+    (w,) = rep["full_rematerializations"]
+    assert (w["for"], w["from"], w["to"]) == ("c", "{devices=[4,1]<=[4]}", "{maximal device=1}")
+    assert f"warning: {w['message']}" in r.stderr
+    src.write_text(module("{devices=[2,2]0,3,1,2}"))
+    _, rep, r = _partition(tmp_path, str(src))
+    assert rep["full_rematerializations"] == [] and "warning" not in r.stderr
+    assert {e["kind"] for e in rep["collectives"]} <= {"all-to-all", "collective-permute"}
+    assert all(e["cause"] == "reshard" and e["to"] == "{devices=[2,2]0,3,1,2}"
+               for e in rep["collectives"])
+
+
+def test_report_to_stdout_and_same_file_refused(tmp_path):
+    out = tmp_path / "o.pb"
+    r = run("partition", os.path.join(FIX, "mlp_2d_megatron.pb"), "-o", str(out), "--report", "-")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["summary"]["total_count"] == 1
+    r = run("partition", os.path.join(FIX, "mlp_2d_megatron.pb"), "-o", str(out),
+            "--report", str(out))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
