@@ -343,6 +343,6 @@ def stats(src: str, other: str | None, as_json: bool) -> None:
         write_json(obj, "-")
         return
     if other is None:
-        render_stats(a, src)
+        render_stats(a, "<stdin>" if src == "-" else src)
     else:
         render_stats_comparison(a, module_stats(load_module(other)), src, other)
