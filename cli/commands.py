@@ -149,6 +149,14 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
             from hlo_spmd.errors import InputError
 
             raise InputError("--report and -o name the same file")
+        if report_path not in (None, "-"):
+            import os
+
+            from hlo_spmd.errors import InputError
+
+            folder = os.path.dirname(report_path) or "."
+            if not os.path.isdir(folder):  # fail before writing anything
+                raise InputError("report directory does not exist", folder)
         write_module(result.module, out, fmt)
         if report_path is not None:
             write_json(result.report, report_path)
@@ -333,16 +341,16 @@ def stats(src: str, other: str | None, as_json: bool) -> None:
     from hlo_spmd.stats import module_stats, stats_json
     from hlo_spmd_cli.render import render_stats, render_stats_comparison
 
-    a = module_stats(load_module(src))
+    a = module_stats(load_module(src, verify=True))
     if as_json:
         from hlo_spmd_cli.common import write_json
 
         obj = stats_json(a)
         if other is not None:
-            obj = {"a": obj, "b": stats_json(module_stats(load_module(other)))}
+            obj = {"a": obj, "b": stats_json(module_stats(load_module(other, verify=True)))}
         write_json(obj, "-")
         return
     if other is None:
         render_stats(a, "<stdin>" if src == "-" else src)
     else:
-        render_stats_comparison(a, module_stats(load_module(other)), src, other)
+        render_stats_comparison(a, module_stats(load_module(other, verify=True)), src, other)

@@ -129,3 +129,10 @@ def test_report_to_stdout_and_same_file_refused(tmp_path):
     r = run("partition", os.path.join(FIX, "mlp_2d_megatron.pb"), "-o", str(out),
             "--report", str(out))
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
+
+
+def test_bad_report_path_writes_nothing(tmp_path):
+    out = tmp_path / "o.pb"
+    r = run("partition", os.path.join(FIX, "mlp_2d_megatron.pb"), "-o", str(out),
+            "--report", str(tmp_path / "missing" / "r.json"))
+    assert r.exit_code == 2 and "missing" in r.stderr and not out.exists()

@@ -1496,6 +1496,28 @@ def _declared(check: Callable[[_Ctx, Shape], None] | None = None) -> Rule:
     return rule
 
 
+# Annotation custom-calls: identities on one value (shape kept), or the manual-region
+# boundaries (one value, per-device <-> global shape: same rank and element type).
+_IDENTITY_CALLS = frozenset({"Sharding", "xla.sdy.FuncResultSharding",
+                             "xla.sdy.PropagationBarrier"})
+_BOUNDARY_CALLS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
+
+
+def _check_custom_call(c: _Ctx, d: Shape) -> None:
+    target = c.attrs.custom_call_target
+    if target in _IDENTITY_CALLS:
+        c.count(1)
+        if not c.ops[0].compatible(d):
+            raise c.fail(f"{target} must keep its operand's shape: operand {_str(c.ops[0])}, "
+                         f"result {_str(d)}")
+    elif target in _BOUNDARY_CALLS:
+        c.count(1)
+        a = c.array(0)
+        if not d.is_array or d.rank != a.rank or d.element_type != a.element_type:
+            raise c.fail(f"{target} must keep rank and element type: operand {_str(a)}, "
+                         f"result {_str(d)}")
+
+
 def _check_parameter(c: _Ctx, d: Shape) -> None:
     c.count(0)
     if c.attrs.parameter_number < 0:
@@ -1566,7 +1588,7 @@ _RULES: dict[str, Rule] = {
     "batch-norm-training": _batch_norm_training,
     "batch-norm-inference": _batch_norm_inference, "batch-norm-grad": _batch_norm_grad,
     # Declared shapes (not derivable from operands and attributes).
-    "parameter": _declared(_check_parameter), "custom-call": _declared(),
+    "parameter": _declared(_check_parameter), "custom-call": _declared(_check_custom_call),
     "infeed": _declared(_check_infeed), "rng": _declared(_check_rng),
     "rng-bit-generator": _declared(_check_rng_bit_generator), "bitcast": _declared(_check_bitcast),
     "dynamic-reshape": _declared(), "async-start": _declared(), "async-update": _declared(),
