@@ -129,7 +129,7 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
               shards: tuple[str, ...], quiet: bool) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
-    from hlo_spmd.api import partition as api_partition
+    from hlo_spmd.api import partition_owned as api_partition
     from hlo_spmd.report import top_causes_line
     from hlo_spmd_cli.common import Progress, write_json
 

@@ -15,7 +15,8 @@ from hlo_spmd_cli.main import _register, cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures", "hlo")
-FIXTURES = sorted(glob.glob(os.path.join(FIX, "*.pb")))
+FIXTURES = (sorted(glob.glob(os.path.join(FIX, "*.pb")))
+            + sorted(glob.glob(os.path.join(FIX, "handwritten", "*.hlo"))))
 
 _register()
 
@@ -26,12 +27,16 @@ def run(*args: str):
 
 def _partition(tmp_path, path):
     out, rep = tmp_path / "out.pb", tmp_path / "report.json"
-    r = run("partition", path, "-o", str(out), "--report", str(rep))
+    meta = os.path.splitext(path)[0] + ".json"
+    n = json.load(open(meta)).get("num_partitions") if path.endswith(".hlo") and \
+        os.path.exists(meta) else None
+    r = run("partition", path, "-o", str(out), "--report", str(rep),
+            *(["-n", str(n)] if n else []))
     assert r.exit_code == 0, r.stderr
     return out, json.loads(rep.read_text()), r
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p)[:-3])
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.splitext(os.path.basename(p))[0])
 def test_report_agrees_with_stats(tmp_path, path):
     out, report, r = _partition(tmp_path, path)
     s = run("stats", str(out), "--json")

@@ -94,24 +94,32 @@ def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
     ``mesh``: ``"data=2,model=4"``, ``{"data": 2, "model": 4}`` or pairs; ``shard``:
     ``{"#0": "data,_", "out": "_,model"}`` or ``["#0=data,_", ...]`` (targets: instruction
     name, ``#K`` entry parameter, ``out`` / ``out#K`` result). ``num_partitions``
-    defaults to what the shardings (or the mesh) imply.
+    defaults to what the shardings (or the mesh) imply. A Module passed in is copied
+    first (inlining, annotation normalization and completion rewrite what they work on).
     """
+    module = copy_module(src) if isinstance(src, Module) else load(src)
+    return partition_owned(module, num_partitions, mesh, shard, complete=complete)
+
+
+def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any = None,
+                    shard: Mapping[str, Any] | Sequence[str] | None = None, *,
+                    complete: bool = False) -> PartitionResult:
+    """:func:`partition` on a module the caller gives up (it is rewritten: no copy)."""
+    import math
+
     from hlo_spmd.passes.partition import partition as run_partition
     from hlo_spmd.report import build_report
 
-    original = load(src)
-    module = copy_module(original)
     annotate(module, mesh, shard)
     if num_partitions is None and mesh is not None:
         from hlo_spmd.annotations.cli_spec import parse_mesh
 
-        import math
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
     result = run_partition(module, num_partitions, complete=complete)
     report = build_report(result.module, result.report.causes, result.num_partitions,
-                          original, result.report.replicated_fallbacks)
+                          module, result.report.replicated_fallbacks)
     warnings = [r["message"] for r in report["full_rematerializations"]]
     return PartitionResult(result.module, result.num_partitions, report, warnings)
 
 
-__all__ = ["load", "partition", "annotate", "copy_module", "PartitionResult"]
+__all__ = ["load", "partition", "partition_owned", "annotate", "copy_module", "PartitionResult"]

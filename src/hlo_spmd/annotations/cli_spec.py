@@ -231,7 +231,9 @@ def mesh_form(sharding: "HloSharding | None", rank: int | None, mesh: Mesh,
         return None
     try:
         tiles = list(sharding.tile_dims_for_data(rank))
-    except Exception:  # noqa: BLE001 - a rank that does not match: no mesh form
+    except HloSpmdError:
+        return None
+    if len(tiles) != rank:  # a sharding of another rank (an unverified module): no form
         return None
     tried = 0
 
