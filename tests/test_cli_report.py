@@ -141,3 +141,54 @@ def test_bad_report_path_writes_nothing(tmp_path):
     r = run("partition", os.path.join(FIX, "mlp_2d_megatron.pb"), "-o", str(out),
             "--report", str(tmp_path / "missing" / "r.json"))
     assert r.exit_code == 2 and "missing" in r.stderr and not out.exists()
+
+
+_LOOP = """HloModule w, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+body {
+  p = (s32[], f32[8,4], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  x = f32[8,4] get-tuple-element(p), index=1, sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  r = f32[] reduce(x, z), dimensions={0,1}, to_apply=add
+  ROOT t = (s32[], f32[8,4], f32[]) tuple(n, x, r)
+}
+
+cond {
+  p = (s32[], f32[8,4], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  lim = s32[] constant(LIMIT)
+  ROOT lt = pred[] compare(i, lim), direction=LT
+}
+
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  zero = s32[] constant(START)
+  f = f32[] constant(0)
+  init = (s32[], f32[8,4], f32[]) tuple(zero, x, f)
+  w = (s32[], f32[8,4], f32[]) while(init), condition=cond, body=body BACKEND
+  ROOT out = f32[] get-tuple-element(w), index=2
+}
+"""
+
+
+@pytest.mark.parametrize("start, limit, backend, trips", [
+    (2, 7, "", 5),                                   # counted loop i = 2; i < 7; i += 1
+    (0, 3, ', backend_config={"known_trip_count":{"n":"11"}}', 11),  # XLA's own figure
+])
+def test_in_loop_gives_the_trip_count(tmp_path, start, limit, backend, trips):
+    src = tmp_path / "w.hlo"
+    src.write_text(_LOOP.replace("LIMIT", str(limit)).replace("START", str(start))
+                   .replace(" BACKEND", backend))
+    _, rep, _ = _partition(tmp_path, str(src))
+    (e,) = rep["collectives"]
+    assert (e["kind"], e["cause"], e["for"], e["in_loop"]) == ("all-reduce", "reduction", "r",
+                                                               trips)
