@@ -110,3 +110,37 @@ def test_fuzz_partition(tmp_path):
 @pytest.mark.slow
 def test_fuzz_partition_deep(tmp_path):
     run_fuzz(tmp_path, 3000, 100_000)
+
+
+def _random_spec(rng: random.Random) -> str:
+    atoms = ["data", "model", "_", "x", "data+model", "model+data", "", "+", "_,_", "1",
+             "data,", ",", "#", "=", " data "]
+    return ",".join(rng.choice(atoms) for _ in range(rng.randint(0, 3)))
+
+
+def test_fuzz_mesh_and_shard_specs(tmp_path):
+    """Random --mesh / --shard values: a complete output or a one-line error, exit 2."""
+    rng = random.Random(7)
+    src = os.path.join(FIX, "mlp_dp.pb")
+    targets = ["#0", "#1", "#2", "#9", "out", "out#0", "x.1", "dot_general.1", "nope", "",
+               "#-1", "out#x"]
+    meshes = ["data=8", "data=2,model=4", "model=4,data=2", "data=0", "data=x", "=8",
+              "data=8,data=1", "data=2", "data=1,model=8", "data=8,", " data = 8 "]
+    for case in range(200):
+        args = ["partition", src, "-o", str(tmp_path / "out.pb"), "-q"]
+        if rng.random() < 0.9:
+            args += ["--mesh", rng.choice(meshes)]
+        for _ in range(rng.randint(0, 3)):
+            args += ["--shard", f"{rng.choice(targets)}={_random_spec(rng)}"]
+        out = tmp_path / "out.pb"
+        if out.exists():
+            out.unlink()
+        r = CliRunner().invoke(cli, args)
+        what = f"case {case}: {args[5:]}"
+        assert r.exit_code in (0, 2), f"{what}: exit {r.exit_code} {r.stderr}"
+        if r.exit_code == 2:
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("hlo-spmd: error: "), f"{what}: {r.stderr}"
+            assert not out.exists(), what
+        else:
+            assert out.exists(), what
