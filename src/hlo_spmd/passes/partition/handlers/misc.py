@@ -233,11 +233,24 @@ def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
     attrs = copy_attrs(inst)
     if attrs.channel_id:
         attrs.channel_id = next_channel_id(ctx.b.module)
+    _mesh_groups_as_device_groups(attrs)
     called = [ctx.clone(c) for c in inst.called_computations]
     target = ctx.sharding_of(inst)
     declared = ctx.local_shape(inst.shape, target) if target.is_manual else None
     out = ctx.b.op(inst.opcode, operands, attrs, called, declared=declared, name=inst.name)
     return PValue(out, inst.shape, normalize(target, inst.shape))
+
+
+def _mesh_groups_as_device_groups(attrs) -> None:
+    """Mesh-axis replica groups (``replica_groups=mesh[...] {axes}``) written as device
+    groups: jaxlib 0.10.2's HLO -> StableHLO import drops the mesh's device order, so
+    a permuted mesh would silently become the identity one."""
+    from hlo_spmd.collectives.factory import replica_groups_for
+    from hlo_spmd.ir.builder import set_replica_groups
+    from hlo_spmd.ir.shape_inference import replica_group_list_kind, replica_groups
+
+    if replica_group_list_kind(attrs) == "mesh":
+        set_replica_groups(attrs, replica_groups_for(replica_groups(attrs)))
 
 
 @handles("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
