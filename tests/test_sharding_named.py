@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from test_sharding_model import SETTINGS
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.sharding import HloSharding, from_proto, parse_sharding, to_proto
 from hlo_spmd.sharding.named import mesh_groups_array, parse_mesh_groups
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hlo" / "handwritten"
 
 
 def _xla():
@@ -228,3 +231,45 @@ def test_mesh_replica_groups(text, groups):
     got = mesh_groups_array(mesh, axes)
     assert sorted(map(sorted, got.tolist())) == sorted(map(sorted, groups))
     assert got.tolist() == groups
+
+
+MODULE = """HloModule m, num_partitions=8
+
+ENTRY e {
+  p = f32[8,4] parameter(0), sharding=SHARDING
+  ROOT n = f32[8,4] negate(p)
+}
+"""
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    ("{mesh['x'=2,'y'=4], [{'z'}, {}]}", "axis 'z' is not in mesh"),
+    ("{mesh['x'=2,'y'=4], [{'x'}, {'x'}]}", "axis 'x' used twice"),
+    ("{mesh['x'=2,'y'=4], [{'y':(1)3}, {}]}", "does not divide axis 'y'"),
+    ("{mesh['x'=2,'y'=4], device_ids=(0,1,2), [{'x'}, {}]}", "multiply to 8"),
+    ("{mesh['x'=2,'y'=4], [{'x'}, {}, {}]}", "3 dim shardings but the shape has rank 2"),
+])
+def test_bad_named_sharding_in_a_module_names_the_instruction(bad, fragment):
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.ir.io import load_module_bytes, verify_with_source
+    with pytest.raises(HloSpmdError) as e:
+        verify_with_source(load_module_bytes(MODULE.replace("SHARDING", bad).encode()), "m.hlo")
+    msg = str(e.value)
+    assert fragment in msg and "\n" not in msg
+    assert " p" in msg or "p:" in msg or "instruction p" in msg
+
+
+def test_module_text_with_named_shardings_and_mesh_groups_matches_jaxlib():
+    hlo = _xla()
+    from hlo_spmd.ir.io import load_module_bytes, module_bytes, module_text
+    text = open(FIXTURES / "named_manual_mesh_groups.hlo").read()
+    ours = module_text(load_module_bytes(text.encode()))
+    theirs = hlo.hlo_module_from_text(text).to_string()
+    assert ours.strip() == theirs.strip()
+    # Our proto read by jaxlib, and jaxlib's proto read by us, print the same.
+    mine = load_module_bytes(text.encode())
+    back = hlo.HloModule.from_serialized_hlo_module_proto(module_bytes(mine)).to_string()
+    assert back.split("\n", 1)[1] == theirs.split("\n", 1)[1]
+    again = module_text(load_module_bytes(hlo.hlo_module_from_text(text)
+                                          .as_serialized_hlo_module_proto()))
+    assert again.split("\n", 1)[1].strip() == theirs.split("\n", 1)[1].strip()

@@ -304,8 +304,7 @@ class _Scan:
 
     def error(self, msg: str, pos: int | None = None) -> ShardingError:
         p = self.pos if pos is None else pos
-        got = self.text[p:p + 12] or "end of input"
-        err = ShardingError(f"{msg} at character {p} (near {got!r}) in {self.text!r}")
+        err = ShardingError(f"{msg} at character {p} in {self.text!r}")
         err.position = p  # type: ignore[attr-defined]
         return err
 
