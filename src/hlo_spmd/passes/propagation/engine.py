@@ -26,7 +26,9 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding.unreduced import reduce_all
 
 LEVELS = (0, 1, 2, 3, 3)
 LOOKAHEAD_LEVEL = 1 << 62
@@ -82,6 +84,8 @@ class Propagator:
         if cand.is_tuple and not inst.shape.is_tuple:
             return Verdict(None, pv.INCOMPATIBLE)
         cand = ops.normalize_tuple(cand, inst.shape)
+        if inst.opcode not in LINEAR_OPS:  # partial sums flow through linear ops only
+            cand = reduce_all(cand)
         return improved(cand, inst.sharding, inst.shape, self.may_combine, allow)
 
     def set(self, inst: Instruction, sharding: HloSharding, rule: str,
