@@ -50,6 +50,9 @@ NO_GSPMD_REFERENCE = {
         "Shardy manual computation: the classic sharding= copies JAX writes inside the "
         "body are placeholders ({replicated}); GSPMD completes those, ours the Shardy "
         "shardings (the partitioned program is checked against the classic twin instead)",
+    "shardy_sharding_group":
+        "xla.sdy.ShardingGroup: GSPMD does not read Shardy's sharding groups, so it leaves "
+        "the group member cos(b) replicated; ours shards it like sin(a), as shard_alike asks",
 }
 
 try:

@@ -329,6 +329,13 @@ class Propagator:
         annotation also shards its (unsharded) operand; shard groups are collected."""
         for comp in self.graph.computations:
             for inst in reversed(self.graph.post_orders[comp.name]):
+                gid = g.sharding_group_id(inst)
+                if gid is not None and inst.operands:
+                    # Shardy's sharding group (shard_as): the operands are the members;
+                    # negative ids keep them apart from classic shard_as ids.
+                    for op in inst.operands:
+                        self.groups.add(op, -1 - gid, True)
+                    continue
                 if not g.is_custom_call(inst, g.SHARDING) or inst.sharding is None:
                     spec = sg.group_spec(inst.sharding)
                     if spec is not None:
