@@ -30,6 +30,9 @@ LATER_ISSUE = {
     "conv_spatial": "convolution: no spatial (halo) handler yet, replicated fallback",
     "conv_strided_pool": "convolution / reduce-window over a sharded spatial dim: no halo yet",
     "gather_scatter": "gather / scatter: no handler yet, replicated fallback",
+    "shard_map_control_flow": "partially manual body: JAX's open Sharding custom-calls "
+                              "(unspecified_dims) inside the manual region are resharded as "
+                              "completed, XLA's partitioner keeps the x tiling through them",
 }
 
 

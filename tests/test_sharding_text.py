@@ -230,7 +230,7 @@ def test_metadata_round_trip():
     ('{replicated metadata={op_name="a" op_name="b"}}', "already exists", 34),
     ('{replicated metadata={op_name=1}}', "quoted string", 30),
     ("{devices=[0]<=[0]}", "positive", 1),
-    ("{mesh[x=2], [{x}]}", "named (mesh) shardings", 1),
+    ("{mesh[x=2], [{x}]}", "expected a quoted mesh axis name", 6),
     ("{devices=[2]0,1 @}", "unexpected character '@'", 16),
 ])
 def test_parse_errors_name_problem_and_position(text, fragment, pos):

@@ -74,3 +74,10 @@ def is_known(opcode: str) -> bool:
 
 def is_elementwise(opcode: str) -> bool:
     return opcode in ELEMENTWISE
+
+#: Ops linear in every operand: applied to partial sums (unreduced values) they give
+#: partial sums of the result. Custom-calls are the sharding annotations and manual
+#: boundaries here; tuple / get-tuple-element only move values.
+LINEAR_OPS = frozenset({"add", "subtract", "negate", "copy", "reshape", "transpose",
+                        "broadcast", "slice", "reverse", "concatenate", "bitcast", "dot",
+                        "get-tuple-element", "tuple", "custom-call"})

@@ -269,46 +269,9 @@ def expand_iota_groups(num_groups: int, group_size: int, reshape_dims: Sequence[
 
 
 def _mesh_groups(attrs: hlo_pb2.HloInstructionProto) -> np.ndarray:
+    from hlo_spmd.sharding.named import axis_from_proto, mesh_from_proto, mesh_groups_array
     m = attrs.mesh_axes_replica_group_list
-    sizes = [int(a.size) for a in m.mesh.axes]
-    total = int(np.prod(sizes, dtype=np.int64))
-    if m.mesh.device_ids:
-        devices = np.asarray(m.mesh.device_ids, dtype=np.int64)
-    else:
-        devices = np.arange(total, dtype=np.int64)
-        if m.mesh.HasField("iota_transform") and m.mesh.iota_transform.reshape_dims:
-            t = m.mesh.iota_transform
-            devices = devices.reshape(list(t.reshape_dims)).transpose(
-                list(t.transpose_perm)).reshape(-1)
-    # Split every mesh axis at the sub-axis boundaries used (major to minor).
-    cuts: list[set[int]] = [{1, s} for s in sizes]
-    for ax in m.axes:
-        if ax.HasField("sub_axis_info"):
-            pre, size = ax.sub_axis_info.pre_size, ax.sub_axis_info.size
-            cuts[ax.mesh_axis_index].update({pre, pre * size})
-    factor_dims: list[int] = []
-    factor_index: list[list[tuple[int, int]]] = []  # per axis: (cumulative product, position)
-    for a, s in enumerate(sizes):
-        bounds = sorted(cuts[a])
-        entries = []
-        for lo, hi in zip(bounds, bounds[1:]):
-            if hi % lo:
-                raise ValueError(f"sub-axes of mesh axis {a} do not nest")
-            entries.append((lo, len(factor_dims)))
-            factor_dims.append(hi // lo)
-        factor_index.append(entries)
-    grid = devices.reshape(factor_dims) if factor_dims else devices.reshape(())
-    selected: list[int] = []
-    for ax in m.axes:
-        entries = factor_index[ax.mesh_axis_index]
-        if ax.HasField("sub_axis_info"):
-            lo, hi = ax.sub_axis_info.pre_size, ax.sub_axis_info.pre_size * ax.sub_axis_info.size
-        else:
-            lo, hi = 1, sizes[ax.mesh_axis_index]
-        selected.extend(pos for start, pos in entries if lo <= start < hi)
-    rest = [d for d in range(len(factor_dims)) if d not in selected]
-    group_size = int(np.prod([factor_dims[d] for d in selected], dtype=np.int64))
-    return grid.transpose(rest + selected).reshape(-1, group_size)
+    return mesh_groups_array(mesh_from_proto(m.mesh), [axis_from_proto(a) for a in m.axes])
 
 
 def replica_groups(attrs: hlo_pb2.HloInstructionProto) -> np.ndarray | None:

@@ -329,7 +329,9 @@ def replica_groups_text(attrs: hlo_pb2.HloInstructionProto) -> str:
             return iota_list_text(cdl.iota_replica_group_list)
         groups = cdl.replica_groups
     elif which == "mesh_axes_replica_group_list":
-        raise ValueError("mesh-axes (V3) replica group lists have no text form")
+        from hlo_spmd.sharding.named import axis_from_proto, mesh_from_proto, mesh_groups_text
+        m = attrs.mesh_axes_replica_group_list
+        return mesh_groups_text(mesh_from_proto(m.mesh), [axis_from_proto(a) for a in m.axes])
     else:
         groups = attrs.replica_groups
     return "{" + ",".join("{" + ",".join(map(str, g.replica_ids)) + "}" for g in groups) + "}"
@@ -345,8 +347,24 @@ def iota_list_text(iota: xla_data_pb2.IotaReplicaGroupListProto) -> str:
 
 
 def parse_replica_groups(c: Cursor, attrs: hlo_pb2.HloInstructionProto) -> None:
-    """``{{0,1},{2,3}}`` or the iota form ``[2,4]<=[4,2]T(1,0)``."""
+    """``{{0,1},{2,3}}``, the iota form ``[2,4]<=[4,2]T(1,0)`` or ``mesh['x'=2,'y'=4] {'x'}``."""
     pos = c.skip_ws()
+    if c.startswith("mesh"):
+        from hlo_spmd.errors import ShardingError
+        from hlo_spmd.sharding.named import axis_to_proto, mesh_to_proto, parse_mesh_groups
+        try:
+            mesh, axes, end = parse_mesh_groups(c.text, pos)
+        except ShardingError as e:
+            off = getattr(e, "position", pos)
+            raise c.error("bad mesh replica groups: " + e.message.split(" at character ")[0],
+                          off if isinstance(off, int) else pos) from None
+        m = attrs.mesh_axes_replica_group_list
+        m.SetInParent()
+        mesh_to_proto(mesh, m.mesh)
+        for a in axes:
+            axis_to_proto(a, m.axes.add())
+        c.pos = end
+        return
     if c.peek() == "{":
         groups = c.int_list_list("replica groups")
         cdl = attrs.collective_device_list

@@ -289,7 +289,7 @@ def _h_comp_list(key: str) -> Callable:
 
 
 def _h_sharding(p: "_Parser", x: _Inst) -> None:
-    x.sharding = p.sharding_value("sharding")
+    x.sharding = p.sharding_value("sharding", x.name)
 
 
 def _h_frontend(p: "_Parser", x: _Inst) -> None:
@@ -930,7 +930,7 @@ class _Parser:
         self.sharding_cache: dict[str, Any] = {}
 
     # -- helpers --------------------------------------------------------------------------
-    def sharding_value(self, what: str) -> Any:
+    def sharding_value(self, what: str, inst: str | None = None) -> Any:
         c = self.c
         pos = c.skip_ws()
         text = c.balanced(what)
@@ -947,7 +947,8 @@ class _Parser:
             epos = pos + off if isinstance(off, int) and 0 <= off <= len(text) else pos
             msg = e.message if hasattr(e, "message") else str(e)
             msg = _SHARDING_WHERE.sub("", msg)  # replaced by line:column
-            raise c.error(f"bad sharding {text!r}: {msg}", epos) from None
+            on = f" on {inst}" if inst else ""
+            raise c.error(f"bad sharding{on} {text!r}: {msg}", epos) from None
 
     # -- module ---------------------------------------------------------------------------
     def parse(self) -> Module:

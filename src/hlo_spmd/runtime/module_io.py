@@ -143,6 +143,38 @@ def strip_shardings(proto_bytes: bytes) -> bytes:
     return proto.SerializeToString()
 
 
+def tile_form_shardings(proto_bytes: bytes) -> bytes:
+    """Copy with every named (mesh-axis) sharding rewritten in the tile form, and mesh
+    replica groups as device groups.
+
+    The same values; for XLA passes that handle only the tile form (jaxlib 0.10.2's
+    single-device compile of a manual region in named form fails a shape check).
+    """
+    from hlo_spmd.sharding.proto import from_proto, to_proto
+
+    proto = parse_module_proto(proto_bytes)
+
+    def tile(msg: Any) -> None:
+        if msg.HasField("named_sharding") or any(e.HasField("named_sharding")
+                                                 for e in msg.tuple_shardings):
+            msg.CopyFrom(to_proto(from_proto(msg).without_named()))
+
+    for computation in proto.computations:
+        for instruction in computation.instructions:
+            if instruction.HasField("sharding"):
+                tile(instruction.sharding)
+            if instruction.WhichOneof("replica_group_list") == "mesh_axes_replica_group_list":
+                # Device groups: jaxlib's StableHLO import drops a mesh's device order.
+                from hlo_spmd.ir.builder import set_replica_groups
+                from hlo_spmd.ir.shape_inference import replica_groups
+                set_replica_groups(instruction, replica_groups(instruction))
+    if proto.HasField("spmd_output_sharding"):
+        tile(proto.spmd_output_sharding)
+    for msg in proto.spmd_parameters_shardings:
+        tile(msg)
+    return proto.SerializeToString()
+
+
 def has_shardings(proto_bytes: bytes) -> bool:
     """True if any instruction carries a sharding."""
     proto = parse_module_proto(proto_bytes)

@@ -28,6 +28,7 @@ from hlo_spmd.runtime.module_io import (
     non_manual_entry_values,
     read_spmd_shardings,
     strip_shardings,
+    tile_form_shardings,
     to_proto_bytes,
 )
 
@@ -146,7 +147,10 @@ def run_unpartitioned(module: ModuleLike, inputs: Sequence[np.ndarray]) -> list[
         executable = compile_module(proto_bytes, 1)
     except HloSpmdError as first_error:
         try:
-            executable = compile_module(strip_shardings(proto_bytes), 1)
+            try:  # named shardings in the tile form first (manual regions need them)
+                executable = compile_module(tile_form_shardings(proto_bytes), 1)
+            except HloSpmdError:
+                executable = compile_module(strip_shardings(proto_bytes), 1)
         except HloSpmdError:
             raise UnpartitionedRunError(
                 f"{first_error} -- a module with manual regions (shard_map: "
@@ -311,7 +315,9 @@ def run_xla_spmd(
     the parameter shardings XLA chose (``get_parameter_shardings``) and outputs
     reassembled by ``get_output_shardings``. GLOBAL arrays in and out.
     """
-    proto_bytes = to_proto_bytes(module)
+    # Tile-form shardings and device-list groups: the same module, spelled the way
+    # jaxlib 0.10.2's import keeps intact (it drops a mesh's device order).
+    proto_bytes = tile_form_shardings(to_proto_bytes(module))
     sig = entry_signature(proto_bytes)
     _check_count(inputs, sig)
     n = int(num_partitions)

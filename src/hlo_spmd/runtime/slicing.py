@@ -16,6 +16,8 @@ import numpy as np
 from hlo_spmd.errors import HloSpmdError, ShardingError
 from hlo_spmd.sharding import HloSharding, from_proto, parse_sharding, shard_bounds, tile_shape
 from hlo_spmd.sharding import to_proto as _to_proto
+from hlo_spmd.sharding.hlo_sharding import ShardingType
+from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 
 ShardingLike = Any  # HloSharding | str (XLA text) | OpSharding message | its bytes
 
@@ -87,7 +89,10 @@ def data_holders(sharding: ShardingLike, num_devices: int) -> list[int]:
 def global_shape_if_even(sharding: ShardingLike, per_device_shape: Sequence[int]
                          ) -> tuple[int, ...]:
     """Global shape assuming every shard is full: per-device dim x tiles along it."""
-    s = _leaf_for_layout(sharding)
+    s = as_sharding(sharding)
+    if is_unreduced(s):
+        s = reduced(s)
+    s = _leaf_for_layout(s)
     tiles = s.tile_dims_for_data(rank=len(per_device_shape))
     return tuple(int(d) * int(t) for d, t in zip(per_device_shape, tiles))
 
@@ -155,6 +160,25 @@ def _close_mask(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> np.nd
     return np.isclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=atol, equal_nan=True)
 
 
+def _sum_partial_sums(pieces: Sequence[np.ndarray], s: HloSharding,
+                      rank: int) -> list[np.ndarray]:
+    """Each device's piece replaced by the sum over its unreduced group."""
+    n = len(pieces)
+    if s.is_unreduced:
+        groups = np.arange(n).reshape(1, n)
+    else:
+        ta = s.tile_assignment
+        u = s.subgroup_dim(ShardingType.UNREDUCED)
+        groups = np.moveaxis(ta.array(), u, -1).reshape(-1, ta.dims[u])
+    out = list(pieces)
+    for g in groups:
+        total = np.sum([np.asarray(pieces[int(d)]) for d in g], axis=0,
+                       dtype=np.asarray(pieces[int(g[0])]).dtype)
+        for d in g:
+            out[int(d)] = total
+    return out
+
+
 def assemble_checked(pieces: Sequence[np.ndarray], sharding: ShardingLike,
                      global_shape: Sequence[int], *, rtol: float = 1e-5,
                      atol: float = 1e-6) -> tuple[np.ndarray, list[str]]:
@@ -168,6 +192,9 @@ def assemble_checked(pieces: Sequence[np.ndarray], sharding: ShardingLike,
         raise HloSpmdError("no per-device pieces to assemble")
     dims = tuple(int(d) for d in global_shape)
     num_devices = len(pieces)
+    s = as_sharding(sharding)
+    if is_unreduced(s):
+        pieces, sharding = _sum_partial_sums(pieces, s, len(dims)), reduced(s)
     bounds = device_bounds(sharding, dims, num_devices)
     shape = padded_shape(sharding, dims)
     problems: list[str] = []

@@ -10,7 +10,9 @@ of one type and sorts types, a sharding with only replication becomes
 ``{replicated}``...), so a value built here prints as XLA prints it.
 
 Equality and hashing are by value and ignore metadata; the shard group
-(``shard_as`` / ``shard_like``) is part of the value, as in XLA.
+(``shard_as`` / ``shard_like``) is part of the value, as in XLA.  A value read
+from a named (mesh-axis) form keeps that form for printing (``named``) and
+equals its tile-form twin: the form is presentation, like metadata.
 """
 from __future__ import annotations
 
@@ -134,7 +136,7 @@ class HloSharding:
     """Immutable sharding value.  Build with the classmethods, never ``HloSharding()``."""
 
     __slots__ = ("_kind", "_tile", "_replicate_last", "_subgroup", "_elements",
-                 "_device", "_metadata", "_shard_group", "_hash")
+                 "_device", "_metadata", "_shard_group", "_hash", "_named")
 
     _kind: str
     _tile: TileAssignment | None
@@ -145,6 +147,7 @@ class HloSharding:
     _metadata: tuple[OpMetadata, ...]
     _shard_group: ShardGroup | None
     _hash: int | None
+    _named: Any  # sharding.named.NamedSharding when read from a named form, else None
 
     def __init__(self) -> None:  # pragma: no cover - guard
         raise TypeError("use HloSharding.replicate()/tile()/... to build shardings")
@@ -154,7 +157,7 @@ class HloSharding:
               replicate_last: bool = False, subgroup: Iterable[ShardingType] = (),
               elements: Iterable[HloSharding] = (), device: int | None = None,
               metadata: Iterable[OpMetadata] = (),
-              shard_group: ShardGroup | None = None) -> HloSharding:
+              shard_group: ShardGroup | None = None, named: Any = None) -> HloSharding:
         s = object.__new__(cls)
         init = object.__setattr__  # the only writer; instances are immutable
         init(s, "_kind", kind)
@@ -166,6 +169,7 @@ class HloSharding:
         init(s, "_metadata", tuple(metadata))
         init(s, "_shard_group", shard_group)
         init(s, "_hash", None)
+        init(s, "_named", named)
         return s
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -174,7 +178,8 @@ class HloSharding:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle/copy field by field (the default path would need __setattr__).
         return (_rebuild, (self._kind, self._tile, self._replicate_last, self._subgroup,
-                           self._elements, self._device, self._metadata, self._shard_group))
+                           self._elements, self._device, self._metadata, self._shard_group,
+                           self._named))
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -382,6 +387,25 @@ class HloSharding:
         return cls._make("tuple", elements=leaves)
 
     @classmethod
+    def from_named(cls, named: Any, metadata: Iterable[OpMetadata] = ()) -> HloSharding:
+        """The value of a named (mesh-axis) sharding, remembering the named form.
+
+        The tile form (what every pass computes with) is built by the ordinary
+        constructors, so it is canonical; ``named`` only decides how the value
+        prints and serialises, and is dropped by any derived sharding.
+        """
+        md = tuple(metadata)
+        if named.is_maximal:
+            base = cls.maximal(named.mesh.maximal_device, md)
+        elif not named.dims and not named.replicated and not named.manual and \
+                named.unreduced and named.to_tiles().dims[-2] == named.mesh.num_devices:
+            base = cls.unreduced(md)  # ``{mesh[...], unreduced}``: any rank, as {unreduced}
+        else:
+            base = cls.subgroup(named.to_tiles(), (ShardingType.MANUAL, ShardingType.UNREDUCED,
+                                                  ShardingType.REPLICATED), md)
+        return base._replace(named=named)
+
+    @classmethod
     def from_string(cls, text: str) -> HloSharding:
         from hlo_spmd.sharding.text import parse_sharding
         return parse_sharding(text)
@@ -409,7 +433,7 @@ class HloSharding:
     def _replace(self, **kw: Any) -> HloSharding:
         args = dict(tile=self._tile, replicate_last=self._replicate_last,
                     subgroup=self._subgroup, elements=self._elements, device=self._device,
-                    metadata=self._metadata, shard_group=self._shard_group)
+                    metadata=self._metadata, shard_group=self._shard_group, named=self._named)
         args.update(kw)
         return HloSharding._make(self._kind, **args)
 
@@ -503,6 +527,17 @@ class HloSharding:
     @property
     def shard_group(self) -> ShardGroup | None:
         return self._shard_group
+
+    @property
+    def named(self) -> Any:
+        """The named (mesh-axis) form this value was read from, or None."""
+        return self._named
+
+    def without_named(self) -> HloSharding:
+        """Same value, printed and serialised in the tile form."""
+        if self.is_tuple:
+            return HloSharding._make("tuple", elements=[e.without_named() for e in self._elements])
+        return self._replace(named=None) if self._named is not None else self
 
     # -- tile geometry --------------------------------------------------------
     @property
@@ -624,6 +659,10 @@ class HloSharding:
         if _leaf_shapes(shape) is not None:
             raise ShardingError(f"non-tuple sharding {self} used with a tuple shape")
         dims = _array_dims(shape)
+        if self._named is not None and self._named.dims and len(self._named.dims) != len(dims):
+            raise ShardingError(
+                f"named sharding {self} has {len(self._named.dims)} dim shardings but the "
+                f"shape has rank {len(dims)}")
         if self._kind in ("replicated", "manual", "unknown", "unreduced"):
             return
         if self._kind == "maximal":
@@ -681,10 +720,10 @@ class HloSharding:
 def _rebuild(kind: str, tile: TileAssignment | None, replicate_last: bool,
              subgroup: tuple[ShardingType, ...], elements: tuple[HloSharding, ...],
              device: int | None, metadata: tuple[OpMetadata, ...],
-             shard_group: ShardGroup | None) -> HloSharding:
+             shard_group: ShardGroup | None, named: Any = None) -> HloSharding:
     return HloSharding._make(kind, tile=tile, replicate_last=replicate_last, subgroup=subgroup,
                              elements=elements, device=device, metadata=metadata,
-                             shard_group=shard_group)
+                             shard_group=shard_group, named=named)
 
 
 def _is_token(shape: Any) -> bool:

@@ -4,7 +4,9 @@ Iota tile assignments are written with ``iota_reshape_dims`` /
 ``iota_transpose_perm`` (compact for any device count), explicit ones with
 ``tile_assignment_devices``; both are read.  FromProto applies XLA's
 canonicalisation (single device -> replicated, PartialTile / Subgroup rules).
-Named ("V3") shardings are not supported.
+Named shardings (``named_sharding``, field 14: NamedShardingProto) are read into
+the same HloSharding (tile form + the named structure) and written back as
+field 14 only, as XLA writes them.
 """
 from __future__ import annotations
 
@@ -68,6 +70,12 @@ def to_proto(sharding: HloSharding) -> OpSharding:
         for e in sharding.tuple_elements:
             msg.tuple_shardings.append(to_proto(e))
         return msg
+    if sharding.named is not None and sharding.shard_group is None:
+        from hlo_spmd.sharding.named import named_to_proto
+        named_to_proto(sharding.named, msg.named_sharding)
+        for m in sharding.metadata:
+            msg.named_sharding.metadata.append(metadata_to_proto(m))
+        return msg
     for m in sharding.metadata:
         msg.metadata.append(metadata_to_proto(m))
     kind = sharding.kind
@@ -110,11 +118,21 @@ def from_proto(msg: OpSharding | bytes | Any) -> HloSharding:
         msg = pb.OpSharding()
         msg.ParseFromString(data)
     if msg.HasField("named_sharding"):
-        raise ShardingError("named (mesh) OpSharding protos are not supported")
+        from hlo_spmd.sharding.named import named_from_proto
+        nmsg = msg.named_sharding
+        if len(nmsg.tuple_shardings):
+            return HloSharding.tuple(_named_leaf(e) for e in nmsg.tuple_shardings)
+        return _named_leaf(nmsg)
     group = ShardGroup(int(msg.shard_group_id), msg.shard_group_type == pb.OpSharding.AS) \
         if msg.is_shard_group else None
     s = _from_proto_leaf(msg, pb)
     return s.with_shard_group(group) if group is not None and not s.is_tuple else s
+
+
+def _named_leaf(nmsg: Any) -> HloSharding:
+    from hlo_spmd.sharding.named import named_from_proto
+    return HloSharding.from_named(named_from_proto(nmsg),
+                                  [metadata_from_proto(m) for m in nmsg.metadata])
 
 
 def _from_proto_leaf(msg: Any, pb: Any) -> HloSharding:

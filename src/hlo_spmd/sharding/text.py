@@ -1,6 +1,6 @@
 """XLA's sharding text form: ``parse_sharding`` and the printer behind ``str()``.
 
-Grammar (what XLA's HLO parser accepts, minus named/"V3" mesh shardings)::
+Grammar (what XLA's HLO parser accepts)::
 
     sharding  := '{' single_body '}' | '{' [single (',' single)*] '}'   (tuple)
     single    := '{' single_body '}'
@@ -8,6 +8,7 @@ Grammar (what XLA's HLO parser accepts, minus named/"V3" mesh shardings)::
                | device=INT | devices=[dims] (INT,INT,... | <=[dims] [T(perm)])
                | last_tile_dim_replicate | last_tile_dims={type, ...}
                | shard_as INT | shard_like INT | metadata=METADATA
+    named     := '{' (mesh[...] | maximal_mesh[...]) ... '}'   (see sharding.named)
 
 ``/* ... */`` comments (XLA prints ``/*index=5*/`` in long tuples) are skipped.
 Errors raise ShardingError naming the problem and the 0-based character
@@ -41,8 +42,19 @@ def _metadata_text(md: tuple[OpMetadata, ...]) -> str:
     return " metadata={" + ", ".join("{" + m.to_text() + "}" for m in md) + "}"
 
 
+def _named_metadata_text(md: tuple[OpMetadata, ...]) -> str:
+    if not md:
+        return ""
+    return ", metadata={" + ", ".join("{" + m.to_text() + "}" for m in md) + "}"
+
+
 def sharding_to_string(s: HloSharding, include_metadata: bool = False) -> str:
-    """XLA's HloSharding::ToString (tuple index comments every 5th element)."""
+    """XLA's HloSharding::ToString (tuple index comments every 5th element).
+
+    A value read from a named form prints in that form (XLA's
+    NamedSharding::ToString) unless it gained a shard group, which only the
+    tile form can say.
+    """
     if s.is_tuple:
         parts: list[str] = []
         for i, e in enumerate(s.tuple_elements):
@@ -54,6 +66,8 @@ def sharding_to_string(s: HloSharding, include_metadata: bool = False) -> str:
             else:
                 parts.append(", " + text)
         return "{" + "".join(parts) + "}"
+    if s.named is not None and s.shard_group is None:
+        return s.named.text(_named_metadata_text(s.metadata) if include_metadata else "")
     tail = (" " + str(s.shard_group) if s.shard_group is not None else "") + \
         (_metadata_text(s.metadata) if include_metadata else "")
     kind = s.kind
@@ -274,8 +288,6 @@ class _Parser:
         types_pos = start
         group: ShardGroup | None = None
         metadata: list[OpMetadata] = []
-        if self.tok.kind == "ident" and self.tok.text in ("mesh", "maximal_mesh"):
-            raise self.error("named (mesh) shardings are not supported", self.tok.pos)
         while self.tok.kind != "}":
             t = self.tok
             if t.kind != "ident":
@@ -458,11 +470,95 @@ class _Parser:
         return OpMetadata(**fields)  # type: ignore[arg-type]
 
 
+_NAMED_RE = re.compile(r"\b(?:maximal_)?mesh\s*\[")
+_NAMED_START = re.compile(r"\{\s*(?:maximal_)?mesh\s*\[")
+
+
 def parse_sharding(text: str) -> HloSharding:
-    """Parse XLA sharding text (``{devices=[2,2]<=[4]}``, tuples, metadata...)."""
+    """Parse XLA sharding text (``{devices=[2,2]<=[4]}``, named ``{mesh[...] [...]}``,
+    tuples, metadata...)."""
     if not isinstance(text, str):
         raise ShardingError(f"sharding text must be a string, got {type(text).__name__}")
+    if _NAMED_RE.search(text):
+        return _parse_with_named(text)
     return _Parser(text).parse_top()
+
+
+def _parse_with_named(text: str) -> HloSharding:
+    """Top level when some part is a named sharding (the token lexer does not know
+    quoted axis names, so each element is cut out and parsed on its own)."""
+    pos = _skip_ws(text, 0)
+    if not text.startswith("{", pos):
+        raise _positioned("expected '{' to start a sharding", pos, text)
+    inner = _skip_ws(text, pos + 1)
+    if text.startswith("{", inner) or text.startswith("}", inner):
+        elems: list[HloSharding] = []
+        i = inner
+        while not text.startswith("}", i):
+            if not text.startswith("{", i):
+                raise _positioned("expected '{' to start a tuple element sharding", i, text)
+            end = _element_end(text, i)
+            elems.append(_parse_element(text, i, end, in_tuple=True))
+            i = _skip_ws(text, end)
+            if text.startswith(",", i):
+                i = _skip_ws(text, i + 1)
+            elif not text.startswith("}", i):
+                raise _positioned("expected ',' or '}' in the tuple sharding", i, text)
+        result = HloSharding.tuple(elems)
+        end = i + 1
+    else:
+        end = _element_end(text, pos)
+        result = _parse_element(text, pos, end, in_tuple=False)
+    if _skip_ws(text, end) != len(text):
+        raise _positioned("unexpected text after the sharding", _skip_ws(text, end), text)
+    return result
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _element_end(text: str, pos: int) -> int:
+    """Index past the '}' closing the '{' at ``pos``; quoted names and strings skipped."""
+    depth = 0
+    i = pos
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            j = i + 1
+            while j < len(text) and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise _positioned("unbalanced '{' in the sharding", pos, text)
+
+
+def _parse_element(text: str, start: int, end: int, in_tuple: bool) -> HloSharding:
+    if _NAMED_START.match(text, start):
+        from hlo_spmd.sharding.named import parse_named
+        ns, md_text, stop = parse_named(text[:end], text.index("{", start) + 1)
+        if stop != end:
+            raise _positioned("unexpected text after the named sharding", stop, text)
+        metadata = parse_metadata(md_text) if md_text is not None else []
+        return HloSharding.from_named(ns, metadata)
+    try:
+        s = _Parser(text[start:end]).parse_top()
+    except ShardingError as e:
+        off = getattr(e, "position", None)
+        if isinstance(off, int):
+            raise _positioned(e.message.split(" at character ")[0], start + off, text) from None
+        raise
+    if in_tuple and s.is_tuple:
+        raise _positioned("nested tuple shardings are not allowed", start, text)
+    return s
 
 
 def parse_metadata(text: str) -> list[OpMetadata]:

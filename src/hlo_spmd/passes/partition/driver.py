@@ -60,11 +60,17 @@ def _fully_manual(s: HloSharding | None) -> bool:
     return all(e.is_manual for e in s.tuple_elements) if s.is_tuple else s.is_manual
 
 
+# Ops whose called computations are applied per element (copied as they are).
+_APPLIES = frozenset({"reduce", "reduce-window", "scatter", "sort", "map",
+                      "select-and-scatter"})
+
+
 def runs_as_written(inst: Instruction) -> bool:
     """Inside a fully manual region shapes are already per-device, so an op runs as
-    written. Ops with called computations, collectives and custom-calls (region
-    boundaries, side effects) keep their own handlers."""
-    return (_fully_manual(inst.sharding) and not inst.called_computations
+    written. Control flow (partitioned recursively), collectives and custom-calls
+    (region boundaries, side effects) keep their own handlers."""
+    return (_fully_manual(inst.sharding)
+            and (not inst.called_computations or inst.opcode in _APPLIES)
             and inst.opcode != "custom-call" and inst.opcode not in COLLECTIVES)
 
 

@@ -51,6 +51,9 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
 
         raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",
                              f"instruction {pv.hlo.name}")
+    from hlo_spmd.passes.partition import unreduced  # partial sums: their own routes
+    if unreduced.is_unreduced(src) or unreduced.is_unreduced(target):
+        return unreduced.reshard_unreduced(ctx, pv, target)
     if src.is_maximal:
         pv = maximal_to_replicated(ctx, pv)
         src = pv.sharding

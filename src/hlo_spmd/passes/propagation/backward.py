@@ -50,6 +50,8 @@ def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
         return None
     if not sp(user.sharding):
         return None
+    if g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward"):
+        return None
     rule = BACKWARD_RULES.get(g.opcode(user), same_shape_rule)
     return rule(p, inst, user)
 

@@ -26,7 +26,9 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding.unreduced import reduce_all
 
 LEVELS = (0, 1, 2, 3, 3)
 LOOKAHEAD_LEVEL = 1 << 62
@@ -82,6 +84,8 @@ class Propagator:
         if cand.is_tuple and not inst.shape.is_tuple:
             return Verdict(None, pv.INCOMPATIBLE)
         cand = ops.normalize_tuple(cand, inst.shape)
+        if inst.opcode not in LINEAR_OPS:  # partial sums flow through linear ops only
+            cand = reduce_all(cand)
         return improved(cand, inst.sharding, inst.shape, self.may_combine, allow)
 
     def set(self, inst: Instruction, sharding: HloSharding, rule: str,
@@ -325,6 +329,13 @@ class Propagator:
         annotation also shards its (unsharded) operand; shard groups are collected."""
         for comp in self.graph.computations:
             for inst in reversed(self.graph.post_orders[comp.name]):
+                gid = g.sharding_group_id(inst)
+                if gid is not None and inst.operands:
+                    # Shardy's sharding group (shard_as): the operands are the members;
+                    # negative ids keep them apart from classic shard_as ids.
+                    for op in inst.operands:
+                        self.groups.add(op, -1 - gid, True)
+                    continue
                 if not g.is_custom_call(inst, g.SHARDING) or inst.sharding is None:
                     spec = sg.group_spec(inst.sharding)
                     if spec is not None:

@@ -44,6 +44,8 @@ def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | Non
         first = inst.operands[0]
         return first if first.sharding is not None else None
     if inst.opcode == "custom-call" and op != "copy":
+        if g.is_custom_call(inst, g.SDY_BARRIER) and not g.barrier_allows(inst, "forward"):
+            return None
         return inst.operands[0] if g.is_passthrough_custom_call(inst) else None
     if g.is_elementwise(inst) or op in BEST_OPERAND_EXTRA:
         best = None

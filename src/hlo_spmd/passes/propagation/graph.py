@@ -64,11 +64,38 @@ def has_side_effect(inst: Instruction) -> bool:
     return opcode(inst) in SIDE_EFFECT_OPCODES
 
 
+SDY_BARRIER = "xla.sdy.PropagationBarrier"
+SDY_SHARDING_GROUP = "xla.sdy.ShardingGroup"
+
+
+def barrier_allows(inst: Instruction, direction: str) -> bool:
+    """Whether an ``xla.sdy.PropagationBarrier`` lets shardings through ``direction``
+    ('forward': operand -> result, 'backward': result -> operand); its
+    ``xla.sdy.allowed_direction`` is NONE, FORWARD, BACKWARD or BOTH (default NONE)."""
+    allowed = inst.attrs.frontend_attributes.map.get("xla.sdy.allowed_direction", "NONE")
+    allowed = allowed.strip().strip('"').upper()
+    return allowed == "BOTH" or allowed == direction.upper()
+
+
+def sharding_group_id(inst: Instruction) -> int | None:
+    """The group of an ``xla.sdy.ShardingGroup`` custom-call (``"0 : i64"``)."""
+    if not is_custom_call(inst, SDY_SHARDING_GROUP):
+        return None
+    text = inst.attrs.frontend_attributes.map.get("xla.sdy.sharding_group_id", "")
+    try:
+        return int(text.split(":")[0].strip())
+    except ValueError:
+        return None
+
+
 def is_passthrough_custom_call(inst: Instruction) -> bool:
-    """IsPassthroughCustomOps."""
+    """IsPassthroughCustomOps (plus Shardy's barrier, a passthrough in the directions
+    it allows: see ``barrier_allows``)."""
     if inst.opcode != "custom-call":
         return False
     target = inst.custom_call_target
+    if target == SDY_BARRIER:
+        return len(inst.operands) == 1
     if target in PASSTHROUGH_ALWAYS:
         return True
     if (len(inst.operands) != 1 or inst.shape.is_tuple or inst.operands[0].shape.is_tuple

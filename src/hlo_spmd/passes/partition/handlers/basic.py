@@ -81,12 +81,22 @@ def _shard_to_full(ctx: PartitionContext, inst: Instruction) -> PValue:
 def _global_to_local(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Shardy's manual-region entry (one or several operands): each operand's local tile
     in its partitioned sharding is the manual value."""
+    from hlo_spmd.annotations.manual import sdy_entry_full_shardings
+
     locals_ = []
     shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
-    for op, shape in zip(inst.operands, shapes):
+    result = ctx.sharding_of(inst)
+    leaves = result.tuple_elements if result.is_tuple else (result,) * len(shapes)
+    full = sdy_entry_full_shardings(inst)
+    for i, (op, shape) in enumerate(zip(inst.operands, shapes)):
         pv = ctx.value(op)
+        if full is not None:
+            # The global operand in in_shardings: its tile is the manual value, and
+            # its non-manual axes stay automatic inside the body.
+            pv = reshard(ctx, pv, full[i])
         local = pv.hlo
-        if tuple(local.shape.dims) != tuple(shape.dims):
+        expected = ctx.local_shape(shape, leaves[i]) if full is not None else shape
+        if tuple(local.shape.dims) != tuple(expected.dims):
             raise PartitionError(f"manual region shard shape {list(shape.dims)} does not match "
                                  f"the local tile {list(local.shape.dims)}",
                                  f"instruction {inst.name}")

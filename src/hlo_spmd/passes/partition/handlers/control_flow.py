@@ -6,8 +6,10 @@ partitioned recursively with the shardings at their boundaries fixed by the call
   parameter, so every iteration hands the next one the same per-device layout. The
   condition's root is resharded to replicated: every device must take the same branch
   of the loop. The initial value is resharded to the carry sharding once, before the loop.
+  A manual carry (inside shard_map) keeps the predicate manual: each device (or manual
+  group) runs its own loop, as the user wrote it.
 * ``conditional``: the branch index / predicate is replicated (all devices take the same
-  branch). Branch ``i`` is partitioned with its operand's current sharding as the
+  branch), or stays manual when it is a manual value. Branch ``i`` is partitioned with its operand's current sharding as the
   parameter sharding (no resharding of branch arguments) and the conditional's sharding
   as the root sharding, so all branches return the same per-device layout.
 * ``call``: the callee is partitioned with the arguments' current shardings and the
@@ -30,7 +32,7 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.sharding import HloSharding, replicate_all_data_dims
 
 # out module -> {signature: partitioned computation}; lives as long as the output module.
 _COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -63,13 +65,23 @@ def partitioned_callee(ctx: PartitionContext, comp: Computation,
     return out
 
 
+def uniform_scalar(s: HloSharding | None) -> HloSharding:
+    """Sharding of a predicate every participant must agree on: replicated, or within
+    each manual group when ``s`` (a value it depends on) is manual or partially manual."""
+    leaves = s.tuple_elements if s is not None and s.is_tuple else (s,)
+    for leaf in leaves:
+        if leaf is not None and (leaf.is_manual or leaf.is_manual_subgroup):
+            return replicate_all_data_dims(leaf, 0)
+    return HloSharding.replicate()
+
+
 @handles("while")
 def handle_while(ctx: PartitionContext, inst: Instruction) -> PValue:
     body, cond = inst.called_computations
     carry = normalize(ctx.sharding_of(inst), inst.shape)
     init = ctx.operand(inst, 0, carry)
     new_body = partitioned_callee(ctx, body, [carry], carry)
-    new_cond = partitioned_callee(ctx, cond, [carry], HloSharding.replicate())
+    new_cond = partitioned_callee(ctx, cond, [carry], uniform_scalar(carry))
     out = ctx.b.op("while", [init], copy_attrs(inst), [new_body, new_cond],
                    declared=ctx.local_shape(inst.shape, carry), name=inst.name)
     return PValue(out, inst.shape, carry)
@@ -78,7 +90,7 @@ def handle_while(ctx: PartitionContext, inst: Instruction) -> PValue:
 @handles("conditional")
 def handle_conditional(ctx: PartitionContext, inst: Instruction) -> PValue:
     out_sharding = normalize(ctx.sharding_of(inst), inst.shape)
-    index = ctx.operand(inst, 0, HloSharding.replicate())
+    index = ctx.operand(inst, 0, uniform_scalar(ctx.value(inst.operands[0]).sharding))
     args: list[Instruction] = []
     branches: list[Computation] = []
     for i, comp in enumerate(inst.called_computations):

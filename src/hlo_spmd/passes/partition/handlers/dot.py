@@ -61,6 +61,12 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
             raise PartitionError("a dot mixes manual and non-manual operands or result",
                                  f"instruction {inst.name}")
         return PValue(_local_dot(ctx, inst, lhs.hlo, rhs.hlo), out_shape, target)
+    from hlo_spmd.passes.partition import unreduced
+    if unreduced.is_unreduced(target) and target.subgroup_manual_dim is None:
+        out = unreduced.dot_unreduced(ctx, inst, dims, lhs, rhs, target, out_shape,
+                                      _local_dot, mask_padding)
+        if out is not None:
+            return out
     if any(s.is_tiled and s.subgroup_manual_dim is not None
            for s in (lhs.sharding, rhs.sharding, target)):
         return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape)

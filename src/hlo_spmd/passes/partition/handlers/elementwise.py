@@ -16,6 +16,8 @@ from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.ir.opcodes import LINEAR_OPS
+from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 from hlo_spmd.sharding import HloSharding
 
 
@@ -41,6 +43,8 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     if inst.shape.rank and not target.is_manual:
         sharding = compute_sharding(target, [ctx.value(inst.operands[i]).sharding
                                              for i in full_rank])
+    if inst.opcode not in LINEAR_OPS and is_unreduced(sharding):
+        sharding = reduced(sharding)   # partial sums only go through linear ops
     operands = []
     for i, op in enumerate(inst.operands):
         # Scalars broadcast implicitly (clamp/select bounds): keep them whole.

@@ -227,17 +227,71 @@ def _group_size(inst: Instruction) -> int | None:
     return max(sizes)
 
 
+def _check_within_manual_groups(ctx: PartitionContext, inst: Instruction) -> None:
+    """In a partially manual region a user collective may only talk among the devices of
+    one manual subgroup (those holding the same automatic tile); XLA rejects the module
+    otherwise ("across devices that belong to different manual subgroups")."""
+    from hlo_spmd.ir.shape_inference import replica_groups
+
+    s = ctx.sharding_of(inst)
+    leaf = next((e for e in (s.tuple_elements if s.is_tuple else (s,)) if e.is_manual_subgroup),
+                None)
+    if leaf is None or leaf.tile_assignment is None:
+        return
+    ta = leaf.tile_assignment
+    mdim = leaf.subgroup_manual_dim
+    assert mdim is not None
+    arr = np.moveaxis(ta.array(), mdim, -1).reshape(-1, ta.dims[mdim])
+    subgroup = np.empty(arr.size, dtype=np.int64)
+    subgroup[arr.reshape(-1)] = np.repeat(np.arange(arr.shape[0]), arr.shape[1])
+    if inst.opcode == "collective-permute":
+        pairs = np.asarray([(p.source, p.target) for p in inst.attrs.source_target_pairs],
+                           dtype=np.int64).reshape(-1, 2)
+        bad = pairs[subgroup[pairs[:, 0]] != subgroup[pairs[:, 1]]] if pairs.size else pairs
+        if bad.size:
+            raise PartitionError(
+                f"collective-permute pair {bad[0].tolist()} crosses manual subgroups of "
+                f"{leaf} (XLA rejects this module)", f"instruction {inst.name}")
+        return
+    groups = replica_groups(inst.attrs)
+    if groups is None:
+        groups = np.arange(arr.size, dtype=np.int64).reshape(1, -1)
+    rows = [np.asarray(g, dtype=np.int64) for g in groups] if groups.dtype == object \
+        else [groups]   # ragged groups one by one, a uniform array at once
+    for g in rows:
+        ids = subgroup[g]
+        if np.any(ids != ids[..., :1]):
+            raise PartitionError(
+                f"{inst.opcode} replica groups cross the manual subgroups of {leaf}: a "
+                "partially manual collective may only combine devices of one manual group "
+                "(XLA rejects this module)", f"instruction {inst.name}")
+
+
 def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
     """The user's own per-device collective: kept as written, on local operands."""
+    _check_within_manual_groups(ctx, inst)
     operands = [ctx.value(op).hlo for op in inst.operands]
     attrs = copy_attrs(inst)
     if attrs.channel_id:
         attrs.channel_id = next_channel_id(ctx.b.module)
+    _mesh_groups_as_device_groups(attrs)
     called = [ctx.clone(c) for c in inst.called_computations]
     target = ctx.sharding_of(inst)
     declared = ctx.local_shape(inst.shape, target) if target.is_manual else None
     out = ctx.b.op(inst.opcode, operands, attrs, called, declared=declared, name=inst.name)
     return PValue(out, inst.shape, normalize(target, inst.shape))
+
+
+def _mesh_groups_as_device_groups(attrs) -> None:
+    """Mesh-axis replica groups (``replica_groups=mesh[...] {axes}``) written as device
+    groups: jaxlib 0.10.2's HLO -> StableHLO import drops the mesh's device order, so
+    a permuted mesh would silently become the identity one."""
+    from hlo_spmd.collectives.factory import replica_groups_for
+    from hlo_spmd.ir.builder import set_replica_groups
+    from hlo_spmd.ir.shape_inference import replica_group_list_kind, replica_groups
+
+    if replica_group_list_kind(attrs) == "mesh":
+        set_replica_groups(attrs, replica_groups_for(replica_groups(attrs)))
 
 
 @handles("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
