@@ -187,7 +187,11 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
     lo = np.maximum(starts, 0)
     hi = np.minimum(starts + need, size)
     real = lo < hi
-    first = np.where(real, lo // lsize, np.clip(starts // lsize, 0, t - 1))
+    # A window starting before the dim (low padding) counts its pieces from the shard
+    # before the first one, like every other window: piece p then comes from the same
+    # neighbour for all devices, and one permute per side carries the largest halo.
+    first = np.where(real, np.maximum(starts // lsize, lo // lsize - 1),
+                     np.clip(starts // lsize, 0, t - 1))
     last = np.where(real, (np.maximum(hi, 1) - 1) // lsize, first - 1)
     npieces = max(1, int((last - first).max()) + 1)
     pieces = []
@@ -195,7 +199,7 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
     count = 0
     for p in range(npieces):
         src = first + p
-        needed = real & (src <= last)
+        needed = real & (src <= last) & (src >= lo // lsize)
         # The part of a source shard any receiver needs: only that part travels.
         nlo = np.maximum(lo - src * lsize, 0)
         nhi = np.minimum(hi - src * lsize, lsize)
@@ -293,10 +297,16 @@ def emit_window(ctx: PartitionContext, x: Instruction, plan: WindowPlan, cs: Hlo
         total += piece.phi - piece.plo
         pieces.append(_fetch_piece(ctx, part, dim, piece, groups, tidx))
     window = pieces[0] if len(pieces) == 1 else b.concatenate(pieces, dim)
-    # window[j] is element first*lsize + plo0 + j (on windows with real elements; joins
-    # between pieces are whole shards); pad where a window reaches past the pieces.
-    begin = plan.first * lsize + plan.pieces[0].plo
+    # On a window with real elements, window[j] is element begin + j from its first real
+    # piece on (joins between pieces are whole shards); pad where a window reaches past
+    # the pieces.
     real = plan.real
+    widths = np.asarray([pc.phi - pc.plo for pc in plan.pieces], np.int64)
+    offs = np.concatenate([[0], np.cumsum(widths)[:-1]])
+    plos = np.asarray([pc.plo for pc in plan.pieces], np.int64)
+    lo_real = np.maximum(starts, 0)
+    p0 = np.clip(lo_real // lsize - plan.first, 0, len(plan.pieces) - 1)
+    begin = (plan.first + p0) * lsize + plos[p0] - offs[p0]
     low = max(0, int((begin - starts)[real].max())) if real.any() else 0
     high = max(0, int((starts + width - begin)[real].max()) - total) if real.any() else 0
     high = max(high, width - total - low)

@@ -1,0 +1,224 @@
+"""The convolution handler: a convolution is a dot with windowed dims (XLA's
+PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handler).
+
+* Batch, input feature, output feature and the degenerate spatial dims the shared dims
+  model (passes/dot_conv_dims) reads as dot dims are partitioned by the dot planner
+  (handlers/dot_plan) with its cost-based choice and recursive grouping; a callback emits
+  the per-device convolution (window sizes of contracting-like spatial dims and the group
+  counts rescaled to the local shapes). A batch-partitioned convolution moves nothing.
+  ``feature_group_count`` (depthwise) and ``batch_group_count`` (their filter gradients):
+  the grouped features form a batch dim; shards hold whole groups, so tilings that do
+  not divide the group count are dropped first.
+* Windowed spatial dims (GSPMD 4.3): when the result (or else the input) tiles some,
+  devices are grouped by those tiles (GSPMD 4.4); the input is resharded to that tiling
+  and every device gets the input window its output tile reads from the shared halo
+  utility (passes/partition/halo: collective-permutes of the largest halo per side,
+  multi-hop when wider than a shard, or an all-gather when cheaper), out-of-range
+  elements are zeroed, and the window runs with no padding on that dim; the rest is the
+  dot planner's problem inside the groups. The kernel's spatial dims are held whole
+  (gathered if sharded). Base (lhs) dilation on a tiled spatial dim is not windowed this
+  way: that dim is gathered first (reported in the fallback list).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.shape_inference import array_shape
+from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.halo import exchange_window, mask_outside, tile_index_table
+from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.handlers.dot import partition_dot
+from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
+                                                       regroup, ungroup_to)
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
+
+LHS, RHS, OUT = 0, 1, 2
+
+
+@handles("convolution")
+def handle_convolution(ctx: PartitionContext, inst: Instruction) -> PValue:
+    dims = DotDims.of(inst)
+    lhs, rhs = ctx.value(inst.operands[0]), ctx.value(inst.operands[1])
+    target = ctx.sharding_of(inst)
+    return partition_convolution(ctx, inst, dims, lhs, rhs, target)
+
+
+def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                          lhs: PValue, rhs: PValue, target: HloSharding) -> PValue:
+    """``inst`` on partitioned operands, with sharding ``target``."""
+    shardings = (lhs.sharding, rhs.sharding, target)
+    if not all(is_plain(s) for s in shardings):
+        # Manual and partially manual convolutions: the dot path handles them as dots.
+        return partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
+                             _untile(ctx, rhs, dims, RHS), target, local_convolution)
+    spatial = _halo_dims(dims, lhs.sharding, target)
+    if not spatial:
+        out = partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
+                            _untile(ctx, rhs, dims, RHS), _work(dims, target, OUT),
+                            local_convolution)
+        return ctx.reshard(out, target)
+    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, spatial)
+
+
+# -- which dims the planner may tile ---------------------------------------------------------
+def _bad_group_dims(dims: DotDims, which: int, s: HloSharding) -> list[int]:
+    """Dims of a grouped convolution whose tiling would split a feature / batch group."""
+    c = dims.conv
+    if c is None or not s.is_tiled:
+        return []
+    count = max(c.feature_group_count, c.batch_group_count)
+    if count == 1:
+        return []
+    if c.feature_group_count > 1:
+        d = (c.in_feature, c.k_out, c.out_feature)[which]
+    else:
+        d = (c.in_batch, c.k_out, c.out_feature)[which]
+    rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+    t = data_tiles(s, rank)[d]
+    return [d] if t > 1 and count % t else []
+
+
+def _clean(dims: DotDims, which: int, s: HloSharding, keep: Sequence[int] = ()) -> HloSharding:
+    """``s`` without tiling on the dims the planner must not tile (except ``keep``)."""
+    if not s.is_tiled:
+        return s
+    rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+    tiles = data_tiles(s, rank)
+    drop = [d for d in dims.untiled(which) if d not in keep and tiles[d] > 1]
+    drop += _bad_group_dims(dims, which, s)
+    return partial_replicate(s, drop) if drop else s
+
+
+def _untile(ctx: PartitionContext, pv: PValue, dims: DotDims, which: int) -> PValue:
+    if not is_plain(pv.sharding):
+        return pv
+    s = _clean(dims, which, pv.sharding)
+    if s != pv.sharding:
+        _note_gather(ctx, pv, s)
+    return ctx.reshard(pv, s)
+
+
+def _work(dims: DotDims, target: HloSharding, which: int) -> HloSharding:
+    return _clean(dims, which, target) if is_plain(target) else HloSharding.replicate()
+
+
+def _note_gather(ctx: PartitionContext, pv: PValue, s: HloSharding) -> None:
+    """Gathering a windowed dim whole is the last resort: report it."""
+    name = getattr(pv.hlo, "name", "?")
+    entry = (name, "convolution operand gathered on a windowed dim")
+    if entry not in ctx.state.report.replicated_fallbacks:
+        ctx.state.report.replicated_fallbacks.append(entry)
+
+
+# -- windowed spatial dims --------------------------------------------------------------------
+def _halo_dims(dims: DotDims, lhs: HloSharding, target: HloSharding) -> list[tuple[int, int, int]]:
+    """(lhs dim, output dim, window index) of the windowed dims to partition with halos:
+    those the result tiles, or else those the input tiles (no base dilation)."""
+    c = dims.conv
+    if c is None:
+        return []
+    cand = []
+    for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
+        w = dims.window[i]
+        if l in dims.untiled(LHS) and o in dims.untiled(OUT) and w.base_dilation == 1:
+            cand.append((l, o, i))
+    for ref, which, rank in ((target, 1, dims.out_rank), (lhs, 0, dims.lhs_rank)):
+        if not ref.is_tiled:
+            continue
+        tiles = data_tiles(ref, rank)
+        chosen = [x for x in cand if tiles[x[which]] > 1]
+        if chosen:
+            return chosen
+    return []
+
+
+def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                       rhs: PValue, target: HloSharding,
+                       spatial: list[tuple[int, int, int]]) -> PValue:
+    """Group devices by the tiles of the windowed dims ``spatial``, give every device the
+    input window of its output tile (halo exchange), and plan the rest inside the groups."""
+    c = dims.conv
+    assert c is not None
+    out_tiled = target.is_tiled and any(data_tiles(target, dims.out_rank)[o] > 1
+                                        for _, o, _ in spatial)
+    ref, ref_dims = (target, [o for _, o, _ in spatial]) if out_tiled else \
+        (lhs.sharding, [l for l, _, _ in spatial])
+    ref_tiles = data_tiles(ref, dims.out_rank if out_tiled else dims.lhs_rank)
+    groups = np.asarray(group_by_dims(ref, ref_dims).device_groups, np.int64)
+    sizes = tuple(int(ref_tiles[d]) for d in ref_dims)
+    l_dims = [l for l, _, _ in spatial]
+    o_dims = [o for _, o, _ in spatial]
+
+    def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
+        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+        s = _clean(dims, which, s, keep=x_dims or ())
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
+        return _clean(dims, which, inner)
+
+    inner_l = inner_of(lhs.sharding, LHS, l_dims)
+    inner_r = inner_of(rhs.sharding, RHS, None)
+    inner_o = inner_of(target, OUT, o_dims)
+    lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
+    rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
+    if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
+            if rhs.sharding.is_tiled else False:
+        _note_gather(ctx, rhs, rhs_outer)
+    l = ctx.reshard(lhs, lhs_outer)
+    r = ctx.reshard(rhs, rhs_outer)
+
+    x = l.hlo
+    window = list(dims.window)
+    lshape = list(lhs.base_shape.dims)
+    zero = ctx.b.scalar(0, x)
+    for (ld, od, i), t in zip(spatial, sizes):
+        w = window[i]
+        size = int(lhs.base_shape.dims[ld])
+        per = -(-w.output_size(size) // t)
+        starts = np.arange(t, dtype=np.int64) * per * w.stride - w.padding_low
+        width = (per - 1) * w.stride + w.span if per > 0 else 0
+        tidx = tile_index_table(ctx, lhs_outer, ld)
+        x = exchange_window(ctx, x, lhs_outer, lhs_outer, ld, size, starts, width, tidx)
+        x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
+        window[i] = WindowDim(w.size, w.stride, 0, 0, w.window_dilation, 1, w.window_reversal)
+        lshape[ld] = width
+    inner_dims = dims.with_window(window)
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
+    ri = PValue(r.hlo, rhs.base_shape, inner_r)
+    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
+    out = PValue(res.hlo, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+    return ctx.reshard(out, target)
+
+
+# -- the per-device convolution -------------------------------------------------------------
+def local_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                      l: Instruction, r: Instruction) -> Instruction:
+    """``inst`` on local operands: the window of ``dims`` (padding removed where halos
+    were exchanged), contracting-like spatial windows as wide as the local kernel, and
+    group counts for the groups this device holds."""
+    attrs = copy_attrs(inst)
+    c = dims.conv
+    assert c is not None
+    for i, w in enumerate(dims.window):
+        wd = attrs.window.dimensions[i]
+        wd.padding_low, wd.padding_high = w.padding_low, w.padding_high
+        wd.base_dilation = w.base_dilation
+    for d in dims.contracting:
+        if d.spatial >= 0:
+            attrs.window.dimensions[d.spatial].size = r.shape.dims[d.rhs]
+    if c.feature_group_count > 1:
+        attrs.feature_group_count = l.shape.dims[c.in_feature] // r.shape.dims[c.k_in]
+    if c.batch_group_count > 1:
+        attrs.batch_group_count = l.shape.dims[c.in_batch] // inst.shape.dims[c.out_batch]
+    return ctx.b.op("convolution", [l, r], attrs, [], declared=array_shape(
+        inst.shape.element_type, ()), name=inst.name)
+
+
+__all__ = ["handle_convolution", "partition_convolution", "local_convolution"]
