@@ -5,3 +5,4 @@ from hlo_spmd.passes.partition.handlers import shapes  # noqa: F401
 from hlo_spmd.passes.partition.handlers import dot  # noqa: F401
 from hlo_spmd.passes.partition.handlers import local_dims  # noqa: F401
 from hlo_spmd.passes.partition.handlers import convolution  # noqa: F401
+from hlo_spmd.passes.partition.handlers import windows  # noqa: F401
