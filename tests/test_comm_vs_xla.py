@@ -2,7 +2,7 @@
 
 XLA's partitioned module comes from jaxlib (after its spmd-partitioning pass); both are
 measured with the same cost model (hlo_spmd.stats). Fixtures whose main op belongs to a
-later issue (convolution, reduce-window, gather/scatter, sort, the pipeline) still run
+later issue (gather/scatter, sort, the pipeline) still run
 through the replicated fallback for those ops, and are listed with the reason (an
 expected failure that turns into a pass as soon as they are no worse than XLA).
 """
@@ -27,8 +27,6 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
 
 # fixture -> why ours may move more bytes than XLA for now (ops of a later issue).
 LATER_ISSUE = {
-    "conv_spatial": "convolution: no spatial (halo) handler yet, replicated fallback",
-    "conv_strided_pool": "convolution / reduce-window over a sharded spatial dim: no halo yet",
     "gather_scatter": "gather / scatter: no handler yet, replicated fallback",
 }
 

@@ -119,6 +119,20 @@ def test_kernel_sharded_on_spatial_dim_is_correct():
     run(text, 4)
 
 
+@pytest.mark.parametrize("h,window,oh,n", [
+    (8, "size=3x3 pad=1_2x1_1 lhs_dilate=2x1", 16, 4),           # transposed conv, stride 2
+    (8, "size=3x3 pad=2_2x1_1 lhs_dilate=3x1", 24, 8),           # dilation 3, per 3
+    (8, "size=3x3 stride=2x1 pad=1_1x1_1 lhs_dilate=2x1", 8, 4),  # stride 2 x 2 rows
+])
+def test_lhs_dilated_conv_case_one_is_halo_only(h, window, oh, n):
+    """Base dilation d where output rows per tile x stride is a multiple of d: one static
+    per-tile window, halos only."""
+    s = f"{{devices=[1,{n},1,1]<=[{n}]}}"
+    ks = window.split("size=")[1].split(" ")[0].replace("x", ",")
+    text = conv(f"2,{h},4,4", f"{ks},4,8", f"2,{oh},4,8", window, "b01f_01io->b01f", s, R, s)
+    assert "all-gather" not in run(text, n)
+
+
 def test_lhs_dilated_conv_on_sharded_dim_is_correct():
     text = conv("2,8,4,4", "3,3,4,8", "2,17,4,8", "size=3x3 pad=2_2x1_1 lhs_dilate=2x1",
                 "b01f_01io->b01f", "{devices=[1,4,1,1]<=[4]}", R, "{devices=[1,4,1,1]<=[4]}")

@@ -57,7 +57,10 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
         # Manual and partially manual convolutions: the dot path handles them as dots.
         return partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
                              _untile(ctx, rhs, dims, RHS), target, local_convolution)
-    spatial = _halo_dims(dims, lhs.sharding, target)
+    kernel = _kernel_halo_dims(ctx, dims, lhs, rhs, target)
+    if kernel:
+        return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
+    spatial = _halo_dims(dims, lhs, target)
     if not spatial:
         out = partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
                             _untile(ctx, rhs, dims, RHS), _work(dims, target, OUT),
@@ -117,25 +120,54 @@ def _note_gather(ctx: PartitionContext, pv: PValue, s: HloSharding) -> None:
 
 
 # -- windowed spatial dims --------------------------------------------------------------------
-def _halo_dims(dims: DotDims, lhs: HloSharding, target: HloSharding) -> list[tuple[int, int, int]]:
+def _halo_dims(dims: DotDims, lhs: PValue, target: HloSharding) -> list[tuple[int, int, int]]:
     """(lhs dim, output dim, window index) of the windowed dims to partition with halos:
-    those the result tiles, or else those the input tiles (no base dilation)."""
+    those the result tiles, or else those the input tiles."""
     c = dims.conv
     if c is None:
         return []
     cand = []
     for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
-        w = dims.window[i]
-        if l in dims.untiled(LHS) and o in dims.untiled(OUT) and w.base_dilation == 1:
+        if l in dims.untiled(LHS) and o in dims.untiled(OUT):
             cand.append((l, o, i))
-    for ref, which, rank in ((target, 1, dims.out_rank), (lhs, 0, dims.lhs_rank)):
+    for ref, which, rank in ((target, 1, dims.out_rank), (lhs.sharding, 0, dims.lhs_rank)):
         if not ref.is_tiled:
             continue
         tiles = data_tiles(ref, rank)
-        chosen = [x for x in cand if tiles[x[which]] > 1]
+        chosen = [x for x in cand if tiles[x[which]] > 1 and
+                  _dilation_ok(dims.window[x[2]], int(lhs.base_shape.dims[x[0]]),
+                               tiles[x[which]])]
         if chosen:
             return chosen
     return []
+
+
+def _dilation_ok(w: WindowDim, size: int, t: int) -> bool:
+    """Base (lhs) dilation ``d`` on a windowed dim: every output tile's window starts at
+    the same offset from an input element when ``per * stride`` (``per`` = output tile
+    size) is a multiple of ``d``; then one static padding serves every tile. (XLA's two
+    other cases -- stride 1 with maximal low padding, non-unit stride with extra window
+    padding -- are not implemented: such dims are gathered, and reported.)"""
+    if w.base_dilation == 1:
+        return True
+    per = -(-w.output_size(size) // t)
+    return (per * w.stride) % w.base_dilation == 0
+
+
+def _window_need(w: WindowDim, size: int, t: int):
+    """(input start per output tile, input width, the per-tile window): the input
+    elements output tile k of ``t`` reads, and the window that computes the tile from
+    them (no padding beyond what base dilation needs, the same on every tile)."""
+    per = -(-w.output_size(size) // t)
+    span = (per - 1) * w.stride + w.span if per > 0 else 0     # dilated positions read
+    q = np.arange(t, dtype=np.int64) * per * w.stride - w.padding_low
+    d = w.base_dilation
+    first = -(-q // d)                                          # first input element
+    low = int(first[0] * d - q[0])
+    count = max(0, (span - 1 - low) // d + 1) if span > 0 else 0
+    high = span - low - ((count - 1) * d + 1 if count > 0 else 0)
+    return first, count, WindowDim(w.size, w.stride, low, high, w.window_dilation, d,
+                                   w.window_reversal)
 
 
 def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
@@ -178,15 +210,11 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     lshape = list(lhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
     for (ld, od, i), t in zip(spatial, sizes):
-        w = window[i]
         size = int(lhs.base_shape.dims[ld])
-        per = -(-w.output_size(size) // t)
-        starts = np.arange(t, dtype=np.int64) * per * w.stride - w.padding_low
-        width = (per - 1) * w.stride + w.span if per > 0 else 0
+        starts, width, window[i] = _window_need(window[i], size, t)
         tidx = tile_index_table(ctx, lhs_outer, ld)
         x = exchange_window(ctx, x, lhs_outer, lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
-        window[i] = WindowDim(w.size, w.stride, 0, 0, w.window_dilation, 1, w.window_reversal)
         lshape[ld] = width
     inner_dims = dims.with_window(window)
     inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
@@ -194,6 +222,113 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     ri = PValue(r.hlo, rhs.base_shape, inner_r)
     res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
     out = PValue(res.hlo, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+    return ctx.reshard(out, target)
+
+
+# -- windowed dims tiled on the kernel ----------------------------------------------------------
+def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PValue,
+                      target: HloSharding) -> list[tuple[int, int, int, int]]:
+    """(lhs dim, kernel dim, output dim, window index) of windowed dims to partition along
+    the kernel (the filter gradient jax.grad emits: the "kernel" is the output gradient,
+    as large as the image, and sharded like it): the kernel tiles them, the result does
+    not, and gathering the kernel would move more than all-reducing the partial results."""
+    c = dims.conv
+    if c is None or not rhs.sharding.is_tiled:
+        return []
+    rt = data_tiles(rhs.sharding, dims.rhs_rank)
+    ot = data_tiles(target, dims.out_rank) if target.is_tiled else (1,) * dims.out_rank
+    out = []
+    for i, (l, r, o) in enumerate(zip(c.in_spatial, c.k_spatial, c.out_spatial)):
+        w = dims.window[i]
+        if (rt[r] > 1 and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
+                and w.base_dilation == 1 and not w.window_reversal):
+            out.append((l, r, o, i))
+    if not out:
+        return []
+    from hlo_spmd.passes.partition.handlers.dot import _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_plan import Planner
+
+    # The alternative: gather the kernel's windowed dims, exchange the input's windows for
+    # output tiles (the output tiled like the input), gather the output back.
+    eb = _ebytes(rhs.hlo)
+    gather = Planner().reshard_bytes(tuple(rhs.base_shape.dims), rhs.sharding,
+                                     _clean(dims, RHS, rhs.sharding), ctx.num_devices, eb)
+    k = 1
+    for _, r, _, _ in out:
+        k *= rt[r]
+    out_local = float(np.prod(ctx.local_shape(inst_shape(dims, lhs, rhs), target).dims))
+    reduce = 2.0 * out_local * eb * (k - 1) / k
+    lt = data_tiles(lhs.sharding, dims.lhs_rank) if lhs.sharding.is_tiled else \
+        (1,) * dims.lhs_rank
+    lhs_local = float(np.prod(ctx.local_shape(lhs.base_shape, lhs.sharding).dims)) * eb
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    halo = 0.0
+    for l, _, o, i in out:
+        t = lt[l]
+        if t > 1:
+            lsize = -(-int(lhs.base_shape.dims[l]) // t)
+            per = -(-out_dims[o] // t)
+            width = (per - 1) * dims.window[i].stride + dims.window[i].span
+            halo += min(max(0, width - lsize), (t - 1) * lsize) * lhs_local / lsize
+    alternative = gather + halo + out_local * eb * (k - 1) / k
+    return out if reduce < alternative else []
+
+
+def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
+    return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
+
+
+def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                              lhs: PValue, rhs: PValue, target: HloSharding,
+                              kernel: list[tuple[int, int, int, int]]) -> PValue:
+    """Group devices by the kernel's tiles of the windowed dims ``kernel``: each device
+    convolves its kernel rows with the input rows they meet (a halo exchange on the
+    input), and the partial results are summed across the groups (all-reduce)."""
+    from hlo_spmd.passes.partition.handlers.dot import mask_padding
+
+    r_dims = [r for _, r, _, _ in kernel]
+    l_dims = [l for l, _, _, _ in kernel]
+    groups = np.asarray(group_by_dims(rhs.sharding, r_dims).device_groups, np.int64)
+    rt = data_tiles(rhs.sharding, dims.rhs_rank)
+    sizes = tuple(int(rt[r]) for r in r_dims)
+
+    def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
+        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+        s = _clean(dims, which, s, keep=x_dims or ())
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
+        return _clean(dims, which, inner)
+
+    inner_l = inner_of(lhs.sharding, LHS, l_dims)
+    inner_r = inner_of(rhs.sharding, RHS, r_dims)
+    inner_o = inner_of(target, OUT, None)
+    lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
+    rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
+    l = ctx.reshard(lhs, lhs_outer)
+    r = mask_padding(ctx, ctx.reshard(rhs, rhs_outer), r_dims)
+    x = l.hlo
+    window = list(dims.window)
+    lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
+    zero = ctx.b.scalar(0, x)
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    for (ld, rd, od, i), t in zip(kernel, sizes):
+        w = window[i]
+        size = int(lhs.base_shape.dims[ld])
+        rk = -(-int(rhs.base_shape.dims[rd]) // t)
+        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
+        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
+        tidx = tile_index_table(ctx, lhs_outer, ld)
+        x = exchange_window(ctx, x, lhs_outer, lhs_outer, ld, size, starts, width, tidx)
+        x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
+        window[i] = WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)
+        lshape[ld], rshape[rd] = width, rk
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
+    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), inner_r)
+    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, inner_o,
+                        local_convolution)
+    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(groups.T))
+    out = PValue(summed, inst.shape, ungroup_to(groups, dims.out_rank, None, sizes, inner_o))
     return ctx.reshard(out, target)
 
 
@@ -208,6 +343,7 @@ def local_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
     assert c is not None
     for i, w in enumerate(dims.window):
         wd = attrs.window.dimensions[i]
+        wd.size = w.size
         wd.padding_low, wd.padding_high = w.padding_low, w.padding_high
         wd.base_dilation = w.base_dilation
     for d in dims.contracting:
