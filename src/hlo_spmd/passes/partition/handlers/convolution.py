@@ -170,6 +170,18 @@ def _window_need(w: WindowDim, size: int, t: int):
                                    w.window_reversal)
 
 
+def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
+                l_dims: Sequence[int]) -> HloSharding:
+    """``outer`` with the windowed dims the input holds whole left whole: each device cuts
+    its window out locally there, no halo travels."""
+    if not lhs.sharding.is_tiled:
+        whole = list(l_dims)
+    else:
+        tiles = data_tiles(lhs.sharding, dims.lhs_rank)
+        whole = [d for d in l_dims if tiles[d] == 1]
+    return partial_replicate(outer, whole) if whole else outer
+
+
 def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
                        rhs: PValue, target: HloSharding,
                        spatial: list[tuple[int, int, int]]) -> PValue:
@@ -202,7 +214,8 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
             if rhs.sharding.is_tiled else False:
         _note_gather(ctx, rhs, rhs_outer)
-    l = ctx.reshard(lhs, lhs_outer)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    l = ctx.reshard(lhs, held)
     r = ctx.reshard(rhs, rhs_outer)
 
     x = l.hlo
@@ -213,7 +226,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
         size = int(lhs.base_shape.dims[ld])
         starts, width, window[i] = _window_need(window[i], size, t)
         tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, lhs_outer, lhs_outer, ld, size, starts, width, tidx)
+        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
         lshape[ld] = width
     inner_dims = dims.with_window(window)
@@ -233,14 +246,19 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
     as large as the image, and sharded like it): the kernel tiles them, the result does
     not, and gathering the kernel would move more than all-reducing the partial results."""
     c = dims.conv
-    if c is None or not rhs.sharding.is_tiled:
+    if c is None or not (rhs.sharding.is_tiled or lhs.sharding.is_tiled):
         return []
-    rt = data_tiles(rhs.sharding, dims.rhs_rank)
+    rt = data_tiles(rhs.sharding, dims.rhs_rank) if rhs.sharding.is_tiled else \
+        (1,) * dims.rhs_rank
+    lt = data_tiles(lhs.sharding, dims.lhs_rank) if lhs.sharding.is_tiled else \
+        (1,) * dims.lhs_rank
     ot = data_tiles(target, dims.out_rank) if target.is_tiled else (1,) * dims.out_rank
+    by_kernel = any(rt[r] > 1 for r in c.k_spatial)
     out = []
     for i, (l, r, o) in enumerate(zip(c.in_spatial, c.k_spatial, c.out_spatial)):
         w = dims.window[i]
-        if (rt[r] > 1 and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
+        tiled = rt[r] > 1 if by_kernel else lt[l] > 1
+        if (tiled and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
                 and w.base_dilation == 1 and not w.window_reversal):
             out.append((l, r, o, i))
     if not out:
@@ -254,12 +272,10 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
     gather = Planner().reshard_bytes(tuple(rhs.base_shape.dims), rhs.sharding,
                                      _clean(dims, RHS, rhs.sharding), ctx.num_devices, eb)
     k = 1
-    for _, r, _, _ in out:
-        k *= rt[r]
+    for l, r, _, _ in out:
+        k *= rt[r] if by_kernel else lt[l]
     out_local = float(np.prod(ctx.local_shape(inst_shape(dims, lhs, rhs), target).dims))
     reduce = 2.0 * out_local * eb * (k - 1) / k
-    lt = data_tiles(lhs.sharding, dims.lhs_rank) if lhs.sharding.is_tiled else \
-        (1,) * dims.lhs_rank
     lhs_local = float(np.prod(ctx.local_shape(lhs.base_shape, lhs.sharding).dims)) * eb
     out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
     halo = 0.0
@@ -288,9 +304,13 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
 
     r_dims = [r for _, r, _, _ in kernel]
     l_dims = [l for l, _, _, _ in kernel]
-    groups = np.asarray(group_by_dims(rhs.sharding, r_dims).device_groups, np.int64)
-    rt = data_tiles(rhs.sharding, dims.rhs_rank)
-    sizes = tuple(int(rt[r]) for r in r_dims)
+    # Group by the kernel's tiles, or by the input's when the kernel holds them whole.
+    by_kernel = rhs.sharding.is_tiled and all(
+        data_tiles(rhs.sharding, dims.rhs_rank)[r] > 1 for r in r_dims)
+    ref, ref_dims = (rhs.sharding, r_dims) if by_kernel else (lhs.sharding, l_dims)
+    groups = np.asarray(group_by_dims(ref, ref_dims).device_groups, np.int64)
+    rt = data_tiles(ref, dims.rhs_rank if by_kernel else dims.lhs_rank)
+    sizes = tuple(int(rt[d]) for d in ref_dims)
 
     def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
         rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
@@ -304,7 +324,8 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
     inner_o = inner_of(target, OUT, None)
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
-    l = ctx.reshard(lhs, lhs_outer)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    l = ctx.reshard(lhs, held)
     r = mask_padding(ctx, ctx.reshard(rhs, rhs_outer), r_dims)
     x = l.hlo
     window = list(dims.window)
@@ -318,7 +339,7 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
         starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
         width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
         tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, lhs_outer, lhs_outer, ld, size, starts, width, tidx)
+        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
         window[i] = WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)
         lshape[ld], rshape[rd] = width, rk
