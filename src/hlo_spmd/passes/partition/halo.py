@@ -187,11 +187,30 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
     lo = np.maximum(starts, 0)
     hi = np.minimum(starts + need, size)
     real = lo < hi
-    # A window starting before the dim (low padding) counts its pieces from the shard
-    # before the first one, like every other window: piece p then comes from the same
-    # neighbour for all devices, and one permute per side carries the largest halo.
-    first = np.where(real, np.maximum(starts // lsize, lo // lsize - 1),
-                     np.clip(starts // lsize, 0, t - 1))
+    # Two ways to number each window's pieces. (a) From the shard holding its first real
+    # element (a window starting in the low padding counts from the shard before, like
+    # its neighbours). (b) The same offset from the own shard on every device (XLA's
+    # halo per side): piece p comes from the same neighbour everywhere, so one permute
+    # per side carries the largest halo any device needs. The cheaper wins.
+    firsts = [np.where(real, np.maximum(starts // lsize, lo // lsize - 1),
+                       np.clip(starts // lsize, 0, t - 1))]
+    if real.any():
+        shift = int((lo // lsize - k)[real].min())
+        firsts.append(np.where(real, k + shift, firsts[0]))
+    plan = None
+    for first in firsts:
+        cand = _pieces_plan(first, lo, hi, real, starts, width, lsize, size, t)
+        if plan is None or cand.key() < plan.key():
+            plan = cand
+    assert plan is not None
+    # One all-gather of the whole dim (every window is then cut locally).
+    whole = WindowPlan("gather", float((t - 1) * lsize), 1, starts, width, lsize, size)
+    return whole if whole.key() < plan.key() else plan
+
+
+def _pieces_plan(first: np.ndarray, lo: np.ndarray, hi: np.ndarray, real: np.ndarray,
+                 starts: np.ndarray, width: int, lsize: int, size: int, t: int) -> WindowPlan:
+    """The ``pieces`` plan when window k's piece p comes from shard ``first[k] + p``."""
     last = np.where(real, (np.maximum(hi, 1) - 1) // lsize, first - 1)
     npieces = max(1, int((last - first).max()) + 1)
     pieces = []
@@ -210,10 +229,7 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
         count += 0 if piece.mode == "own" else \
             (1 if piece.mode == "gather" else len(piece.rounds))
         pieces.append(piece)
-    plan = WindowPlan("pieces", rows, count, starts, width, lsize, size, pieces, first, real)
-    # One all-gather of the whole dim (every window is then cut locally).
-    whole = WindowPlan("gather", float((t - 1) * lsize), 1, starts, width, lsize, size)
-    return whole if whole.key() < plan.key() else plan
+    return WindowPlan("pieces", rows, count, starts, width, lsize, size, pieces, first, real)
 
 
 def _plan_piece(src: np.ndarray, needed: np.ndarray, nlo: np.ndarray, nhi: np.ndarray,

@@ -417,12 +417,6 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
     xs = keep_only_tiled(target, ctx.value(operand).sharding, rank, range(rank))
     x = to_sharding(ctx, ctx.value(operand), xs).hlo
     tiles = tiles_of(target, rank)
-    # Dims the result holds whole: pad locally as written.
-    lows = [c.edge_padding_low if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    highs = [c.edge_padding_high if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    inter = [c.interior_padding if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    if any(lows) or any(highs) or any(inter):
-        x = b.pad(x, value, lows, highs, inter)
     out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
     for d, first, width, need in _pad_windows(inst, target):
         c = cfg[d]
@@ -446,6 +440,13 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
         valid_hi = lo + (size - 1) * step + 1 - k * o         # one past the last
         care = np.clip(out_size - k * o, 0, o)
         x = mask_outside(ctx, win, d, valid_lo, valid_hi, tidx, value, care)
+    # Dims the result holds whole: pad locally as written, after the exchanges (so the
+    # halos travel without the padding).
+    lows = [c.edge_padding_low if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    highs = [c.edge_padding_high if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    inter = [c.interior_padding if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    if any(lows) or any(highs) or any(inter):
+        x = b.pad(x, value, lows, highs, inter)
     return PValue(x, inst.shape, target)
 
 

@@ -60,7 +60,8 @@ def _rw_need(d: int, w: WindowDim, size: int, t: int) -> tuple[np.ndarray, int]:
 
 def _scatter_need(w: WindowDim, size: int, out: int, t: int):
     """For select-and-scatter: (first source window per tile, windows per tile, operand
-    start per tile, operand width) so every window overlapping result tile k is there."""
+    start per tile, operand width, windows that matter per tile, operand elements that
+    matter per tile) so every window overlapping result tile k is there."""
     lsize = -(-size // t)
     k = np.arange(t, dtype=np.int64)
     lo = k * lsize + w.padding_low - w.span + 1          # first window reaching the tile
@@ -68,7 +69,10 @@ def _scatter_need(w: WindowDim, size: int, out: int, t: int):
     last = np.minimum(((k + 1) * lsize - 1 + w.padding_low) // w.stride, out - 1)
     count = max(1, int((last - first).max()) + 1)
     starts = first * w.stride - w.padding_low
-    return first, count, starts, (count - 1) * w.stride + w.span
+    # Windows past ``last`` only scatter outside the tile: their data may be garbage.
+    windows = np.clip(last - first + 1, 0, count)
+    care = np.where(windows > 0, (windows - 1) * w.stride + w.span, 0)
+    return first, count, starts, (count - 1) * w.stride + w.span, windows, care
 
 
 def _local_window(inst: Instruction, window: Sequence[WindowDim]):
@@ -138,8 +142,9 @@ def _operand_cost(ctx: PartitionContext, operand: Instruction, s: HloSharding,
     local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
     st, xt = tiles_of(s, rank), tiles_of(xs, rank)
     for d in _halo_dims(s, window, rank):
-        starts, width = need(d, window[d], int(operand.shape.dims[d]), st[d])
-        plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts, width)
+        starts, width, *care = need(d, window[d], int(operand.shape.dims[d]), st[d])
+        plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts, width,
+                           care[0] if care else None)
         c += plan.rows * _rows_bytes(local, d, itemsize(operand.shape))
         local[d] = width
     return c
@@ -155,10 +160,11 @@ def _windows_of(ctx: PartitionContext, pv: PValue, s: HloSharding, window: Seque
     st = tiles_of(s, rank)
     for d in _halo_dims(s, window, rank):
         size = int(pv.base_shape.dims[d])
-        starts, width = need(d, window[d], size, st[d])
+        starts, width, *care = need(d, window[d], size, st[d])
+        care_k = care[0] if care else None
         tidx = tile_index_table(ctx, s, d)
-        x = exchange_window(ctx, x, xs, s, d, size, starts, width, tidx)
-        x = mask_outside(ctx, x, d, -starts, size - starts, tidx, fill)
+        x = exchange_window(ctx, x, xs, s, d, size, starts, width, tidx, care_k)
+        x = mask_outside(ctx, x, d, -starts, size - starts, tidx, fill, care_k)
     return x
 
 
@@ -240,10 +246,12 @@ def _scatter_needs(operand: Instruction, source: Instruction):
     src_dims = [int(x) for x in source.shape.dims]
 
     def op_need(d: int, w: WindowDim, size: int, t: int):
-        return _scatter_need(w, size, src_dims[d], t)[2:]
+        _, _, starts, width, _, care = _scatter_need(w, size, src_dims[d], t)
+        return starts, width, care
 
     def src_need(d: int, w: WindowDim, size: int, t: int):
-        return _scatter_need(w, op_dims[d], size, t)[:2]
+        first, count, _, _, windows, _ = _scatter_need(w, op_dims[d], size, t)
+        return first, count, windows
     return op_need, src_need
 
 
@@ -274,7 +282,7 @@ def _emit_select_and_scatter(ctx: PartitionContext, inst: Instruction, s: HloSha
     for d in halo:
         t = st[d]
         lsize = -(-op_dims[d] // t)
-        _, _, starts, width = _scatter_need(window[d], op_dims[d], src_dims[d], t)
+        _, _, starts, width, _, _ = _scatter_need(window[d], op_dims[d], src_dims[d], t)
         offsets = np.arange(t, dtype=np.int64) * lsize - starts
         low = max(0, -int(offsets.min()))
         high = max(0, int((offsets + lsize).max()) - width)
