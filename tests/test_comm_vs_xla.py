@@ -42,3 +42,19 @@ def test_bytes_no_more_than_xla(path):
     assert row["ours_total"] <= row["xla_total"] + 1e-6, (
         f"{name}: ours {row['ours_total']:.0f} B/device > XLA {row['xla_total']:.0f}\n"
         f"ours {row['ours']}\nxla  {row['xla']}")
+
+
+WINDOWED = {"convolution", "reduce-window", "select-and-scatter"}
+
+
+@pytest.mark.parametrize("path", [p for p in FIXTURES if WINDOWED & set(
+    json.load(open(p[:-3] + ".json"))["main_ops"])], ids=lambda p: os.path.basename(p)[:-3])
+def test_windowed_ops_hold_no_more_than_xla(path):
+    """Spatially partitioned convolutions / windows keep activations sharded: the largest
+    per-device array is XLA's (up to the halo rows a window adds)."""
+    row = compare_fixture(path)
+    if row["xla"] is None:
+        pytest.skip(f"XLA cannot partition this module: {row.get('xla_error')}")
+    assert row["ours_largest"] <= 1.15 * row["xla_largest"], (
+        f"{row['fixture']}: largest array ours {row['ours_largest']} B > "
+        f"XLA {row['xla_largest']} B")

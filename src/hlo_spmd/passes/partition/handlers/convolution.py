@@ -15,9 +15,17 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
   utility (passes/partition/halo: collective-permutes of the largest halo per side,
   multi-hop when wider than a shard, or an all-gather when cheaper), out-of-range
   elements are zeroed, and the window runs with no padding on that dim; the rest is the
-  dot planner's problem inside the groups. The kernel's spatial dims are held whole
-  (gathered if sharded). Base (lhs) dilation on a tiled spatial dim is not windowed this
-  way: that dim is gathered first (reported in the fallback list).
+  dot planner's problem inside the groups. An input that holds such a dim whole cuts
+  its window locally. Base (lhs) dilation ``d``: when output rows per tile x stride is a
+  multiple of ``d`` every tile's window has the same static padding and is exchanged
+  the same way; XLA's two other base-dilation cases are not implemented (the dim is
+  gathered, reported in the fallback list).
+* Windowed dims tiled on the kernel (the filter gradient jax.grad emits, whose "kernel"
+  is the output gradient, sharded like the images): when all-reducing the small result
+  moves fewer bytes than gathering the kernel and exchanging whole-dim windows, devices
+  are grouped by the kernel's (or the input's) tiles, each convolves its kernel rows with
+  the input rows they meet (a halo exchange on the input), and the partial results are
+  all-reduced across the groups (XLA's halo exchange on the LHS with a sharded RHS).
 """
 from __future__ import annotations
 
@@ -291,6 +299,7 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
 
 
 def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
+    """The convolution's global output shape for these operands."""
     return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
 
 
