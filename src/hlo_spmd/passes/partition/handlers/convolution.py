@@ -63,15 +63,15 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
     shardings = (lhs.sharding, rhs.sharding, target)
     if not all(is_plain(s) for s in shardings):
         # Manual and partially manual convolutions: the dot path handles them as dots.
-        return partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
-                             _untile(ctx, rhs, dims, RHS), target, local_convolution)
+        return partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
+                             _untile(ctx, inst, rhs, dims, RHS), target, local_convolution)
     kernel = _kernel_halo_dims(ctx, dims, lhs, rhs, target)
     if kernel:
         return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
     spatial = _halo_dims(dims, lhs, target)
     if not spatial:
-        out = partition_dot(ctx, inst, dims, _untile(ctx, lhs, dims, LHS),
-                            _untile(ctx, rhs, dims, RHS), _work(dims, target, OUT),
+        out = partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
+                            _untile(ctx, inst, rhs, dims, RHS), _work(dims, target, OUT),
                             local_convolution)
         return ctx.reshard(out, target)
     return _partition_spatial(ctx, inst, dims, lhs, rhs, target, spatial)
@@ -106,23 +106,29 @@ def _clean(dims: DotDims, which: int, s: HloSharding, keep: Sequence[int] = ()) 
     return partial_replicate(s, drop) if drop else s
 
 
-def _untile(ctx: PartitionContext, pv: PValue, dims: DotDims, which: int) -> PValue:
+def _untile(ctx: PartitionContext, inst: Instruction, pv: PValue, dims: DotDims,
+            which: int) -> PValue:
+    """``pv`` resharded so the planner may use it: untiled on the dims it must not tile."""
     if not is_plain(pv.sharding):
         return pv
     s = _clean(dims, which, pv.sharding)
-    if s != pv.sharding:
-        _note_gather(ctx, pv, s)
+    if s != pv.sharding and any(d in dims.untiled(which) for d in _tiled_dims(pv.sharding)):
+        _note_gather(ctx, inst)
     return ctx.reshard(pv, s)
+
+
+def _tiled_dims(s: HloSharding) -> list[int]:
+    return [d for d, t in enumerate(s.tile_dims_for_data()) if t > 1] if s.is_tiled else []
 
 
 def _work(dims: DotDims, target: HloSharding, which: int) -> HloSharding:
     return _clean(dims, which, target) if is_plain(target) else HloSharding.replicate()
 
 
-def _note_gather(ctx: PartitionContext, pv: PValue, s: HloSharding) -> None:
-    """Gathering a windowed dim whole is the last resort: report it."""
-    name = getattr(pv.hlo, "name", "?")
-    entry = (name, "convolution operand gathered on a windowed dim")
+def _note_gather(ctx: PartitionContext, inst: Instruction) -> None:
+    """Gathering an operand on a windowed dim is the last resort: report it (as the
+    replicated fallback is reported, by instruction name and opcode)."""
+    entry = (inst.name, inst.opcode)
     if entry not in ctx.state.report.replicated_fallbacks:
         ctx.state.report.replicated_fallbacks.append(entry)
 
@@ -221,7 +227,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
     if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
             if rhs.sharding.is_tiled else False:
-        _note_gather(ctx, rhs, rhs_outer)
+        _note_gather(ctx, inst)
     held = _held_whole(dims, lhs, lhs_outer, l_dims)
     l = ctx.reshard(lhs, held)
     r = ctx.reshard(rhs, rhs_outer)

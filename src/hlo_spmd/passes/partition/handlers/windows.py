@@ -308,5 +308,6 @@ def _tuple_of(s: HloSharding, inst: Instruction, n: int) -> HloSharding:
 
 
 def _note(ctx: PartitionContext, inst: Instruction, why: str) -> None:
-    """A dim held whole where a window could not be exchanged: reported as a fallback."""
+    """A dim held whole where a window could not be exchanged (``why``): reported as the
+    replicated fallback is, by name and opcode."""
     ctx.state.report.replicated_fallbacks.append((inst.name, inst.opcode))
