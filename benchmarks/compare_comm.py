@@ -32,6 +32,7 @@ def compare_fixture(path: str) -> dict:
     a = module_stats(ours, n)
     row["ours"] = {k: (a.collectives[k].count, a.collectives[k].bytes_per_device) for k in KINDS}
     row["ours_total"] = a.total_bytes_per_device
+    row["ours_largest"] = a.largest_array.bytes if a.largest_array else 0
     try:
         xla = load_module_bytes(xla_partitioned_module(data, n), "xla")
     except Exception as e:  # XLA cannot partition it (e.g. Shardy custom-calls)
@@ -41,6 +42,7 @@ def compare_fixture(path: str) -> dict:
     b = module_stats(xla, n)
     row["xla"] = {k: (b.collectives[k].count, b.collectives[k].bytes_per_device) for k in KINDS}
     row["xla_total"] = b.total_bytes_per_device
+    row["xla_largest"] = b.largest_array.bytes if b.largest_array else 0
     return row
 
 

@@ -43,6 +43,8 @@ EXPECTED_GENERATED = {
     "while_loop", "conditional", "elementwise_broadcast_reduce", "dot_variants",
     "shardy_mlp_2d", "shardy_transformer_layer_fwd", "shardy_uneven",
     "shard_map_partial_manual",
+    "cnn_train_step", "cnn_train_step_4", "cnn_train_step_2", "conv_dilated",
+    "conv_transposed", "conv_depthwise", "pooling_grad",
 }
 EXPECTED_HANDWRITTEN = {
     "row_sharded_matmul", "elementwise_sharding_custom_call", "while_tuple_carry",

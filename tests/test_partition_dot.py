@@ -397,8 +397,9 @@ def test_dot_dims_classification():
     d = _dims(dot_text("2,4,6,8", "4,2,8,6,5", "2,4,5", REP, REP, REP,
                        "lhs_batch_dims={0,1}, rhs_batch_dims={1,0}, lhs_contracting_dims={2,3}, "
                        "rhs_contracting_dims={3,2}"))
-    assert d.batch == ((0, 1), (1, 0)) and d.contracting == ((2, 3), (3, 2))
-    assert d.lhs_nc == () and d.rhs_nc == (4,)
+    assert [(x.lhs, x.rhs, x.output) for x in d.batch] == [(0, 1, 0), (1, 0, 1)]
+    assert [(x.lhs, x.rhs) for x in d.contracting] == [(2, 3), (3, 2)]
+    assert d.lhs_non_contracting == () and [x.rhs for x in d.rhs_non_contracting] == [4]
     assert d.out_rank == 3 and d.iter_rank == 5
     assert d.lhs_iter == (0, 1, 3, 4) and d.rhs_iter == (1, 0, 4, 3, 2)
     assert d.iter_sizes((2, 4, 6, 8), (4, 2, 8, 6, 5)) == (2, 4, 5, 6, 8)

@@ -120,6 +120,30 @@ def test_mesh_fixture_on_fewer_devices(name, devices, mesh):
     assert report.ok, str(report)
 
 
+LINE_FIXTURES = ["conv_spatial", "conv_strided_pool", "conv_dilated", "conv_transposed",
+                 "pooling_grad", "cumsum"]
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("name", LINE_FIXTURES + ["conv_depthwise"])
+def test_window_fixture_on_fewer_devices(name, devices):
+    """The convolution / window fixtures (8 devices on one axis, or conv_depthwise's 2x4
+    mesh) re-expressed on 2 and 4 devices partition and match."""
+    path = os.path.join(ROOT, "fixtures", "hlo", f"{name}.pb")
+    meta = json.load(open(path[:-3] + ".json"))
+    original = open(path, "rb").read()
+    module = load_module(path)
+    if name in LINE_FIXTURES:
+        _rescale_mesh(module, {8: devices})
+    else:
+        a, b = (1, 2) if devices == 2 else (2, 2)
+        _rescale_mesh(module, {2: a, 4: b, 8: a * b})
+    out = partition(module, devices).module
+    report = verify(original, module_bytes(out), devices, inputs=sidecar_inputs(meta),
+                    poison_padding=True)
+    assert report.ok, str(report)
+
+
 def test_debug_mode_verifies_after_every_pass(monkeypatch):
     """HLO_SPMD_DEBUG=1 runs the verifier after inlining and completion too."""
     from hlo_spmd.ir import verifier

@@ -116,7 +116,7 @@ def _operand_sharding(t_arr: np.ndarray, u: int, axis_of: list[int | None]) -> H
 
 
 def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, rhs: PValue,
-                  target: HloSharding, out_shape, local_dot, mask_padding) -> PValue | None:
+                  target: HloSharding, out_shape, local_op, mask_padding) -> PValue | None:
     """A dot whose result is annotated unreduced: the first contracting dim is split
     across each unreduced group, the result tiles follow the target, and the local
     products are the partial sums.  None when the dot has no contracting dim."""
@@ -124,7 +124,6 @@ def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, r
 
     if not dims.contracting:
         return None
-    nb, nl = len(dims.batch), len(dims.lhs_nc)
     t_arr, u = _array(target, ctx.num_devices, dims.out_rank)
     # Flatten any further subgroup axes of the target into one replicated axis.
     t_arr = np.moveaxis(t_arr, u, dims.out_rank)
@@ -132,13 +131,13 @@ def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, r
     u = dims.out_rank
     lhs_axes: list[int | None] = [None] * dims.lhs_rank
     rhs_axes: list[int | None] = [None] * dims.rhs_rank
-    for i, (ld, rd) in enumerate(dims.batch):
-        lhs_axes[ld] = rhs_axes[rd] = i
-    for j, ld in enumerate(dims.lhs_nc):
-        lhs_axes[ld] = nb + j
-    for j, rd in enumerate(dims.rhs_nc):
-        rhs_axes[rd] = nb + nl + j
-    lc, rc = dims.contracting[0]
+    for d in dims.batch:
+        lhs_axes[d.lhs] = rhs_axes[d.rhs] = d.output
+    for d in dims.lhs_non_contracting:
+        lhs_axes[d.lhs] = d.output
+    for d in dims.rhs_non_contracting:
+        rhs_axes[d.rhs] = d.output
+    lc, rc = dims.contracting[0].lhs, dims.contracting[0].rhs
     lhs_axes[lc] = rhs_axes[rc] = u
     l = reshard(ctx, lhs, _operand_sharding(t_arr, u, lhs_axes))
     r = reshard(ctx, rhs, _operand_sharding(t_arr, u, rhs_axes))
@@ -146,4 +145,4 @@ def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, r
     if lhs.base_shape.dims[lc] % k:   # padding of the split dim would be summed: zero it
         l = mask_padding(ctx, l, [lc])
         r = mask_padding(ctx, r, [rc])
-    return PValue(local_dot(ctx, inst, l.hlo, r.hlo), out_shape, target)
+    return PValue(local_op(ctx, inst, dims, l.hlo, r.hlo), out_shape, target)

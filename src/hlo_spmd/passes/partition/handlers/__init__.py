@@ -4,3 +4,5 @@ from hlo_spmd.passes.partition.handlers import control_flow, misc, reduce  # noq
 from hlo_spmd.passes.partition.handlers import shapes  # noqa: F401
 from hlo_spmd.passes.partition.handlers import dot  # noqa: F401
 from hlo_spmd.passes.partition.handlers import local_dims  # noqa: F401
+from hlo_spmd.passes.partition.handlers import convolution  # noqa: F401
+from hlo_spmd.passes.partition.handlers import windows  # noqa: F401

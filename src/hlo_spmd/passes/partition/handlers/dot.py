@@ -18,6 +18,8 @@ dots recurse inside the manual groups.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
@@ -51,8 +53,12 @@ def handle_dot(ctx: PartitionContext, inst: Instruction) -> PValue:
 
 
 def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                  rhs: PValue, target: HloSharding) -> PValue:
-    """``inst`` (a dot with ``dims``) on partitioned operands, with sharding ``target``."""
+                  rhs: PValue, target: HloSharding, local_op: "LocalOp | None" = None) -> PValue:
+    """``inst`` (a dot, or a convolution read as one, with ``dims``) on partitioned
+    operands, with sharding ``target``. ``local_op(ctx, inst, dims, l, r)`` emits the
+    per-device op (default: ``inst`` on the local operands; the convolution handler passes
+    one that rewrites the window and group counts)."""
+    local_op = local_op or _local_dot
     out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
     out_shape = inst.shape.with_dims(out_dims) if tuple(inst.shape.dims) != out_dims \
         else inst.shape
@@ -60,16 +66,17 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
         if not (target.is_manual and lhs.sharding.is_manual and rhs.sharding.is_manual):
             raise PartitionError("a dot mixes manual and non-manual operands or result",
                                  f"instruction {inst.name}")
-        return PValue(_local_dot(ctx, inst, lhs.hlo, rhs.hlo), out_shape, target)
+        return PValue(local_op(ctx, inst, dims, lhs.hlo, rhs.hlo), out_shape, target)
     from hlo_spmd.passes.partition import unreduced
     if unreduced.is_unreduced(target) and target.subgroup_manual_dim is None:
         out = unreduced.dot_unreduced(ctx, inst, dims, lhs, rhs, target, out_shape,
-                                      _local_dot, mask_padding)
+                                      local_op, mask_padding)
         if out is not None:
             return out
     if any(s.is_tiled and s.subgroup_manual_dim is not None
            for s in (lhs.sharding, rhs.sharding, target)):
-        return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape)
+        return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape,
+                                           local_op)
     work_target = target if is_plain(target) else HloSharding.replicate()
     if not is_plain(lhs.sharding):
         lhs = ctx.reshard(lhs, HloSharding.replicate())
@@ -80,38 +87,39 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
                       (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
     plan = Planner().plan(problem)
     _record_plan(ctx, inst, plan)
-    out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape)
+    out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape, local_op)
     return ctx.reshard(out, target)
 
 
 # -- emission ------------------------------------------------------------------------------
 def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, lhs: PValue,
-              rhs: PValue, out_shape) -> PValue:
+              rhs: PValue, out_shape, local_op: "LocalOp | None" = None) -> PValue:
     """Emit ``plan`` for problem ``p``; the result has sharding ``p.out``."""
+    local_op = local_op or _local_dot
     if isinstance(plan, GroupPlan):
-        pv = _emit_group(ctx, inst, plan, p, lhs, rhs, out_shape)
+        pv = _emit_group(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
     else:
-        pv = _emit_base(ctx, inst, plan, p, lhs, rhs, out_shape)
+        pv = _emit_base(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
     return ctx.reshard(pv, p.out)
 
 
 @with_cause("contraction")
 def _emit_base(ctx: PartitionContext, inst: Instruction, plan: BasePlan, p: Problem,
-               lhs: PValue, rhs: PValue, out_shape) -> PValue:
+               lhs: PValue, rhs: PValue, out_shape, local_op: "LocalOp") -> PValue:
     d = p.dims
     l = ctx.reshard(lhs, plan.lhs_t)
     r = ctx.reshard(rhs, plan.rhs_t)
     tiles = data_tiles(plan.t, d.iter_rank)
     sizes = p.iter_sizes
     lmask, rmask = [], []
-    for j, (ld, rd) in enumerate(d.contracting):
+    for j, c in enumerate(d.kind_dims(CONTRACTING)):
         k = d.out_rank + j
         if tiles[k] > 1 and sizes[k] % tiles[k]:
-            lmask.append(ld)
-            rmask.append(rd)
+            lmask.append(c.lhs)
+            rmask.append(c.rhs)
     l = mask_padding(ctx, l, lmask)
     r = mask_padding(ctx, r, rmask)
-    x = _local_dot(ctx, inst, l.hlo, r.hlo)
+    x = local_op(ctx, inst, d, l.hlo, r.hlo)
     if plan.post == "all-reduce":
         x = ctx.f.all_reduce(x, _adder(x), reduction_groups_of(plan, d))
     elif plan.post == "reduce-scatter":
@@ -126,7 +134,7 @@ def _emit_base(ctx: PartitionContext, inst: Instruction, plan: BasePlan, p: Prob
 
 @with_cause("contraction")
 def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Problem,
-                lhs: PValue, rhs: PValue, out_shape) -> PValue:
+                lhs: PValue, rhs: PValue, out_shape, local_op: "LocalOp") -> PValue:
     l = ctx.reshard(lhs, plan.lhs_t)
     r = ctx.reshard(rhs, plan.rhs_t)
     if plan.kind == CONTRACTING:
@@ -138,7 +146,7 @@ def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Pr
     li = PValue(l.hlo, l.base_shape.with_dims(inner.lhs_shape), inner.lhs)
     ri = PValue(r.hlo, r.base_shape.with_dims(inner.rhs_shape), inner.rhs)
     res = emit_plan(inner_ctx, inst, plan.inner_plan, inner, li, ri,
-                    out_shape.with_dims(inner.out_shape))
+                    out_shape.with_dims(inner.out_shape), local_op)
     x = res.hlo
     if plan.kind == CONTRACTING:
         x = ctx.f.all_reduce(x, _adder(x), np.ascontiguousarray(plan.groups.T))
@@ -147,7 +155,7 @@ def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Pr
 
 def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: DotDims,
                                 lhs: PValue, rhs: PValue, target: HloSharding,
-                                out_shape) -> PValue:
+                                out_shape, local_op: "LocalOp") -> PValue:
     """Partially manual dot: recurse inside the manual groups (GSPMD 4.4), which operands
     and result must share; the non-manual rest of the shardings is partitioned there."""
     ref = next(s for s in (target, lhs.sharding, rhs.sharding)
@@ -165,7 +173,7 @@ def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: 
         inner.append(g)
     inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
     res = partition_dot(inner_ctx, inst, dims, lhs.with_hlo(lhs.hlo, inner[0]),
-                        rhs.with_hlo(rhs.hlo, inner[1]), inner[2])
+                        rhs.with_hlo(rhs.hlo, inner[1]), inner[2], local_op)
     return PValue(res.hlo, out_shape, target)
 
 
@@ -180,7 +188,11 @@ def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _local_dot(ctx: PartitionContext, inst: Instruction, l: Instruction,
+LocalOp = Callable[[PartitionContext, Instruction, DotDims, Instruction, Instruction],
+                   Instruction]
+
+
+def _local_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, l: Instruction,
                r: Instruction) -> Instruction:
     from hlo_spmd.ir.shape_inference import array_shape
 

@@ -1,8 +1,9 @@
-"""Dot geometry for the dot handler: dimension classes, the iteration space, and the
-sharding maps between the iteration space, the three tensors and device groups.
+"""Dot geometry for the dot and convolution handlers: the sharding maps between the
+iteration space, the three tensors and device groups. The dimension classes and the
+iteration space itself are the shared dims model (hlo_spmd.passes.dot_conv_dims).
 
-The *iteration space* of a dot has one dim per output dim (batch, lhs non-contracting,
-rhs non-contracting, in output order) followed by one dim per contracting dim. A tiled
+The *iteration space* has one dim per output dim (in output order) followed by one dim
+per contracting dim (and, for a convolution, dims the planner never tiles). A tiled
 sharding ``T`` of the iteration space says which block of the computation every device
 does: its lhs tile is ``T`` with the rhs non-contracting dims replicated, its rhs tile the
 same with the lhs non-contracting dims replicated, and its local dot is a partial sum of
@@ -19,95 +20,15 @@ All maps are numpy on device arrays; nothing loops over devices in Python.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.sharding import (GroupedSharding, HloSharding, ShardingType, compact,
                                sharding_from_tile_indices, tile_coords, ungroup)
 
-BATCH, LHS_NC, RHS_NC, CONTRACTING = "batch", "lhs_nc", "rhs_nc", "contracting"
-KINDS = (BATCH, LHS_NC, RHS_NC, CONTRACTING)
-
-
-@dataclass(frozen=True)
-class DotDims:
-    """Dimension classes of one dot (XLA's DotConvDimsMapping)."""
-    lhs_rank: int
-    rhs_rank: int
-    batch: tuple[tuple[int, int], ...]        # (lhs dim, rhs dim); output dims 0..nb-1
-    contracting: tuple[tuple[int, int], ...]  # (lhs dim, rhs dim)
-    lhs_nc: tuple[int, ...]                   # lhs dims, in output order after batch
-    rhs_nc: tuple[int, ...]                   # rhs dims, in output order after lhs_nc
-
-    @staticmethod
-    def of(inst: Instruction) -> "DotDims":
-        dn = inst.attrs.dot_dimension_numbers
-        lb, rb = list(dn.lhs_batch_dimensions), list(dn.rhs_batch_dimensions)
-        lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
-        lr, rr = inst.operands[0].shape.rank, inst.operands[1].shape.rank
-        return DotDims(lr, rr, tuple(zip(lb, rb)), tuple(zip(lc, rc)),
-                       tuple(d for d in range(lr) if d not in lb and d not in lc),
-                       tuple(d for d in range(rr) if d not in rb and d not in rc))
-
-    @property
-    def out_rank(self) -> int:
-        return len(self.batch) + len(self.lhs_nc) + len(self.rhs_nc)
-
-    @property
-    def iter_rank(self) -> int:
-        return self.out_rank + len(self.contracting)
-
-    def kind_iter(self, kind: str) -> list[int]:
-        """Iteration dims of one dimension class."""
-        nb, nl, nr = len(self.batch), len(self.lhs_nc), len(self.rhs_nc)
-        start, count = {BATCH: (0, nb), LHS_NC: (nb, nl), RHS_NC: (nb + nl, nr),
-                        CONTRACTING: (nb + nl + nr, len(self.contracting))}[kind]
-        return list(range(start, start + count))
-
-    @property
-    def lhs_iter(self) -> tuple[int, ...]:
-        """Iteration dim of every lhs dim."""
-        out = [0] * self.lhs_rank
-        for i, (l, _) in enumerate(self.batch):
-            out[l] = i
-        for i, l in enumerate(self.lhs_nc):
-            out[l] = len(self.batch) + i
-        for i, (l, _) in enumerate(self.contracting):
-            out[l] = self.out_rank + i
-        return tuple(out)
-
-    @property
-    def rhs_iter(self) -> tuple[int, ...]:
-        out = [0] * self.rhs_rank
-        for i, (_, r) in enumerate(self.batch):
-            out[r] = i
-        for i, r in enumerate(self.rhs_nc):
-            out[r] = len(self.batch) + len(self.lhs_nc) + i
-        for i, (_, r) in enumerate(self.contracting):
-            out[r] = self.out_rank + i
-        return tuple(out)
-
-    @property
-    def out_iter(self) -> tuple[int, ...]:
-        return tuple(range(self.out_rank))
-
-    def tensor_iter(self, which: int) -> tuple[int, ...]:
-        """0 = lhs, 1 = rhs, 2 = output."""
-        return (self.lhs_iter, self.rhs_iter, self.out_iter)[which]
-
-    def iter_sizes(self, lhs: Sequence[int], rhs: Sequence[int]) -> tuple[int, ...]:
-        sizes = [0] * self.iter_rank
-        for d, k in enumerate(self.lhs_iter):
-            sizes[k] = int(lhs[d])
-        for d, k in enumerate(self.rhs_iter):
-            sizes[k] = int(rhs[d])
-        return tuple(sizes)
-
-    def out_dims(self, lhs: Sequence[int], rhs: Sequence[int]) -> tuple[int, ...]:
-        return self.iter_sizes(lhs, rhs)[: self.out_rank]
+from hlo_spmd.passes.dot_conv_dims import (  # noqa: F401  (the shared dims model)
+    BATCH, CONTRACTING, KINDS, LHS_NC, RHS_NC, DimNums, DotDims)
 
 
 # -- plain sharding facts ------------------------------------------------------------------

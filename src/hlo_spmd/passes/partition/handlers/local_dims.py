@@ -1,9 +1,8 @@
 """Ops that act along some dims only: local whenever those dims are not sharded.
 
-reduce-window whose window is trivial (size 1, stride 1, no padding or dilation) on every
-sharded dim, sort along an unsharded dim, topk over an unsharded last dim: operands are
-resharded to the result's sharding and the op runs per tile, no communication. Anything
-else goes to the replicated fallback (correct; windowed halos are a later addition).
+sort along an unsharded dim, topk over an unsharded last dim: operands are resharded to
+the result's sharding and the op runs per tile, no communication. Anything else goes to
+the replicated fallback. (reduce-window lives in windows.py, with halo exchange.)
 """
 from __future__ import annotations
 
@@ -35,15 +34,6 @@ def _sharded_dims(s: HloSharding) -> set[int]:
     return {d for d, t in enumerate(s.tile_dims_for_data()) if t > 1}
 
 
-def _trivial_window_dims(inst: Instruction) -> set[int]:
-    out = set()
-    for d, w in enumerate(inst.attrs.window.dimensions):
-        if (w.size == 1 and w.stride == 1 and w.padding_low == 0 and w.padding_high == 0
-                and w.window_dilation in (0, 1) and w.base_dilation in (0, 1)):
-            out.add(d)
-    return out
-
-
 def _local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloSharding) -> PValue:
     operands = []
     for i, op in enumerate(inst.operands):
@@ -53,15 +43,6 @@ def _local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloShard
     result_sharding = HloSharding.tuple([leaf] * len(inst.shape.tuple_shapes)) \
         if inst.shape.is_tuple else leaf
     return PValue(emit_like(ctx, inst, operands, local), inst.shape, result_sharding)
-
-
-@handles("reduce-window")
-def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
-    arrays = len(inst.operands) // 2
-    leaf = _common_leaf(ctx, inst, arrays)
-    if leaf is None or not _sharded_dims(leaf) <= _trivial_window_dims(inst):
-        return handle_replicated(ctx, inst)
-    return _local(ctx, inst, arrays, leaf)
 
 
 @handles("sort")

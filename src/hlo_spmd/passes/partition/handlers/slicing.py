@@ -3,8 +3,8 @@
 On a dimension the result is tiled along, every device needs a contiguous *window* of the
 operand whose start is a function of its tile index (slice: ``start + stride * k * o``;
 pad: ``k * o - low``; concatenate: ``k * o - offset``; reverse: ``D - (k + 1) * o``).
-``exchange_window`` fetches such windows the way ``plan_window`` finds cheapest (bytes
-per device, then collectives):
+``exchange_window`` (the shared halo utility, partition/halo.py) fetches such windows
+the way ``plan_window`` finds cheapest (bytes per device, then collectives):
 
 * operand whole on the dimension: pad + dynamic-slice at a per-device offset (no traffic);
 * operand tiled like the result: the window spans at most P consecutive source shards;
@@ -32,24 +32,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import gather_groups, pad_to
+from hlo_spmd.passes.partition.reshard import pad_to
 from hlo_spmd.passes.partition.reshard_routes import layout_of, plan_cost, plan_reshard
 from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate, tile_shape
-
-S32 = PrimitiveType.S32
+from hlo_spmd.passes.partition.halo import (  # noqa: F401  (the shared halo utility)
+    _cut, _static_slice, device_scalar, exchange_window, mask_outside, plan_window,
+    position_mask, select_from, tile_index_table, tiles_of)
 
 
 # -- shardings ------------------------------------------------------------------------------
@@ -60,20 +60,6 @@ def compute_sharding(ctx: PartitionContext, inst: Instruction) -> HloSharding:
     if s.is_tiled or s.is_manual:
         return s
     return HloSharding.replicate()
-
-
-def tiles_of(s: HloSharding, rank: int) -> tuple[int, ...]:
-    return tuple(s.tile_dims_for_data()) if s.is_tiled else (1,) * rank
-
-
-def tile_index_table(ctx: PartitionContext, s: HloSharding, dim: int) -> np.ndarray:
-    """``[group size]``: each logical device's tile index along ``dim`` of ``s``."""
-    out = np.zeros(ctx.num_devices, dtype=np.int64)
-    if not s.is_tiled:
-        return out
-    arr = s.tile_assignment.array()
-    out[arr.ravel()] = np.indices(arr.shape)[dim].ravel()
-    return out
 
 
 def keep_only_tiled(s: HloSharding, current: HloSharding, rank: int,
@@ -198,346 +184,6 @@ def _same_groups_ok(ctx: PartitionContext, src: HloSharding, dst: HloSharding, r
     """Every device holds the same tile under both (they differ only in replication)."""
     return all(np.array_equal(tile_index_table(ctx, src, d), tile_index_table(ctx, dst, d))
                for d in range(rank))
-
-
-# -- per-device scalars and masks -----------------------------------------------------------
-def device_scalar(ctx: PartitionContext, per_tile: np.ndarray, tidx: np.ndarray) -> Instruction:
-    """s32 scalar: ``per_tile[this device's tile index]``."""
-    return ctx.logical_table(np.asarray(per_tile, dtype=np.int64)[tidx])
-
-
-def device_pred(ctx: PartitionContext, per_tile: np.ndarray, tidx: np.ndarray,
-                dims: Sequence[int]) -> Instruction:
-    """pred array of ``dims``: ``per_tile[this device's tile index]`` everywhere."""
-    flag = device_scalar(ctx, np.asarray(per_tile).astype(np.int64), tidx)
-    one = ctx.b.constant(np.int64(1), S32)
-    pred = ctx.b.compare(flag, one, "EQ")
-    return ctx.b.broadcast(pred, list(dims), []) if len(dims) else pred
-
-
-def position_mask(ctx: PartitionContext, dims: Sequence[int], dim: int,
-                  lo: Instruction | None, hi: Instruction | None) -> Instruction:
-    """pred array of ``dims``: ``lo <= i < hi`` for the index ``i`` along ``dim``
-    (``lo``/``hi`` s32 scalars; None = unbounded)."""
-    b = ctx.b
-    iota = b.iota(S32, list(dims), dim)
-    preds = []
-    if lo is not None:
-        preds.append(b.compare(iota, b.broadcast(lo, list(dims), []), "GE"))
-    if hi is not None:
-        preds.append(b.compare(iota, b.broadcast(hi, list(dims), []), "LT"))
-    out = preds[0]
-    for p in preds[1:]:
-        out = b.and_(out, p)
-    return out
-
-
-def mask_outside(ctx: PartitionContext, x: Instruction, dim: int, lo: np.ndarray,
-                 hi: np.ndarray, tidx: np.ndarray, value: Instruction,
-                 care: np.ndarray | None = None) -> Instruction:
-    """Replace positions ``i`` along ``dim`` with ``i < lo[k]`` or ``i >= hi[k]`` (k the
-    device's tile index) by the scalar ``value``. ``care[k]``: how many leading positions
-    matter on tile k (the rest is the result's padding); skipped when nothing changes."""
-    size = x.shape.dims[dim]
-    lo = np.asarray(lo, np.int64)
-    hi = np.asarray(hi, np.int64)
-    care = np.full(lo.shape, size, np.int64) if care is None else np.minimum(care, size)
-    need_lo = bool(np.any((lo > 0) & (care > 0)))
-    need_hi = bool(np.any(hi < care))
-    if not (need_lo or need_hi):
-        return x
-    pred = position_mask(ctx, x.shape.dims, dim,
-                         device_scalar(ctx, lo, tidx) if need_lo else None,
-                         device_scalar(ctx, hi, tidx) if need_hi else None)
-    fill = ctx.b.broadcast(value, list(x.shape.dims), [])
-    return ctx.b.select(pred, x, fill)
-
-
-def select_from(ctx: PartitionContext, x: Instruction, y: Instruction, dim: int,
-                threshold: np.ndarray, tidx: np.ndarray, care: np.ndarray) -> Instruction:
-    """``y`` at positions ``i >= threshold[k]`` along ``dim``, ``x`` before."""
-    size = x.shape.dims[dim]
-    threshold = np.asarray(threshold, np.int64)
-    care = np.minimum(care, size)
-    if np.all((threshold <= 0) | (care <= 0)):
-        return y
-    if np.all(threshold >= care):
-        return x
-    pred = position_mask(ctx, x.shape.dims, dim, device_scalar(ctx, threshold, tidx), None)
-    return ctx.b.select(pred, y, x)
-
-
-# -- windows --------------------------------------------------------------------------------
-@dataclass(eq=False)
-class _Round:
-    """One collective-permute of a piece: ``pairs`` (source tile, receiving tile) with
-    distinct sources; tile s sends rows ``[send[s], send[s] + width)`` of the piece."""
-    pairs: list[tuple[int, int]]
-    send: np.ndarray
-    width: int
-
-
-@dataclass(eq=False)
-class _Piece:
-    """Every tile k receives rows ``[nlo[k], nhi[k])`` (of the ``[plo, phi)`` part) of the
-    shard of tile ``src[k]`` where ``needed[k]``: ``own`` (nothing remote), by permute
-    ``rounds``, or by one all-gather of the part (``gather``)."""
-    src: np.ndarray
-    needed: np.ndarray
-    nlo: np.ndarray
-    nhi: np.ndarray
-    plo: int
-    phi: int
-    mode: str
-    rounds: list[_Round]
-    rows: float
-
-
-@dataclass(eq=False)
-class WindowPlan:
-    """How ``exchange_window`` fetches the windows of one dim, and what it costs: ``rows``
-    rows (elements along the dim) one device sends, in ``collectives`` collectives.
-
-    kinds: ``same`` (every device's own shard), ``local`` (operand whole on the dim),
-    ``gather`` (one all-gather of the whole dim), ``pieces`` (per source shard)."""
-    kind: str
-    rows: float
-    collectives: int
-    starts: np.ndarray
-    width: int
-    lsize: int
-    size: int
-    pieces: list[_Piece] = field(default_factory=list)
-    first: np.ndarray | None = None
-    real: np.ndarray | None = None
-
-    def key(self) -> tuple[float, int]:
-        return (self.rows, self.collectives)
-
-
-def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, width: int,
-                need: np.ndarray | None = None) -> WindowPlan:
-    """The cheapest way (rows sent per device, then collectives) to give every tile k of
-    ``t`` the operand elements ``[starts[k], starts[k] + width)`` of a dim of ``size``
-    split ``xt`` ways (1 or ``t``) into local pieces of ``lsize``. Only the first
-    ``need[k]`` elements of a window matter (default: all); the rest may be garbage."""
-    starts = np.asarray(starts, dtype=np.int64)
-    need = np.full(t, width, np.int64) if need is None else \
-        np.clip(np.asarray(need, np.int64), 0, width)
-    if xt == 1:
-        return WindowPlan("local", 0.0, 0, starts, width, lsize, size)
-    assert xt == t, (xt, t)
-    k = np.arange(t)
-    if width == lsize and np.array_equal(starts, k * lsize):
-        return WindowPlan("same", 0.0, 0, starts, width, lsize, size)
-    # Real elements each window needs, and the shards holding them.
-    lo = np.maximum(starts, 0)
-    hi = np.minimum(starts + need, size)
-    real = lo < hi
-    first = np.where(real, lo // lsize, np.clip(starts // lsize, 0, t - 1))
-    last = np.where(real, (np.maximum(hi, 1) - 1) // lsize, first - 1)
-    npieces = max(1, int((last - first).max()) + 1)
-    pieces = []
-    rows = 0.0
-    count = 0
-    for p in range(npieces):
-        src = first + p
-        needed = real & (src <= last)
-        # The part of a source shard any receiver needs: only that part travels.
-        nlo = np.maximum(lo - src * lsize, 0)
-        nhi = np.minimum(hi - src * lsize, lsize)
-        plo = int(nlo[needed].min()) if needed.any() else 0
-        phi = int(nhi[needed].max()) if needed.any() else 1
-        piece = _plan_piece(src, needed, nlo - plo, nhi - plo, plo, phi, t)
-        rows += piece.rows
-        count += 0 if piece.mode == "own" else \
-            (1 if piece.mode == "gather" else len(piece.rounds))
-        pieces.append(piece)
-    plan = WindowPlan("pieces", rows, count, starts, width, lsize, size, pieces, first, real)
-    # One all-gather of the whole dim (every window is then cut locally).
-    whole = WindowPlan("gather", float((t - 1) * lsize), 1, starts, width, lsize, size)
-    return whole if whole.key() < plan.key() else plan
-
-
-def _plan_piece(src: np.ndarray, needed: np.ndarray, nlo: np.ndarray, nhi: np.ndarray,
-                plo: int, phi: int, t: int) -> _Piece:
-    """Rounds of collective-permutes with distinct senders, each sending only the rows
-    its receivers need (at a per-sender offset), or one all-gather of the part when
-    that sends fewer rows (ties: fewer collectives)."""
-    k = np.arange(t)
-    remote = needed & (src != k)
-    pw = phi - plo
-    if not remote.any():
-        return _Piece(src, needed, nlo, nhi, plo, phi, "own", [], 0.0)
-    by_round: list[list[tuple[int, int]]] = []
-    senders: list[set[int]] = []
-    # Widest needs first, so that rounds carry receivers of similar widths.
-    order = sorted(np.nonzero(remote)[0], key=lambda r: (-(int(nhi[r]) - int(nlo[r])), r))
-    for kk in order:
-        s = int(src[kk])
-        r = next((i for i, used in enumerate(senders) if s not in used), len(senders))
-        if r == len(senders):
-            senders.append(set())
-            by_round.append([])
-        senders[r].add(s)
-        by_round[r].append((s, int(kk)))
-    rounds = []
-    rows = 0.0
-    for pairs in by_round:
-        receivers = [d_ for _, d_ in pairs]
-        w = int((nhi[receivers] - nlo[receivers]).max())
-        send = np.zeros(t, np.int64)
-        for s_, d_ in pairs:
-            send[s_] = min(int(nlo[d_]), pw - w)
-        rounds.append(_Round(sorted(pairs, key=lambda q: q[1]), send, w))
-        rows += w
-    gather_rows = float((t - 1) * pw)
-    if (gather_rows, 1) < (rows, len(rounds)):
-        return _Piece(src, needed, nlo, nhi, plo, phi, "gather", [], gather_rows)
-    return _Piece(src, needed, nlo, nhi, plo, phi, "permute", rounds, rows)
-
-
-def exchange_window(ctx: PartitionContext, x: Instruction, xs: HloSharding, cs: HloSharding,
-                    dim: int, size: int, starts: np.ndarray, width: int,
-                    tidx: np.ndarray, need: np.ndarray | None = None) -> Instruction:
-    """Per device (tile index k along ``dim`` of the result sharding ``cs``) the operand
-    elements ``[starts[k], starts[k] + width)`` along ``dim``; garbage outside ``[0, size)``
-    and past the first ``need[k]`` elements (default: none past).
-
-    ``x`` is the local piece with sharding ``xs``, which either holds ``dim`` whole or
-    tiles it exactly as ``cs`` does (tile indices ``tidx`` per logical device). Devices
-    exchange with the devices that differ from them only along ``dim`` *in ``cs``*: on
-    dims handled before, every device already holds its ``cs`` window."""
-    t = len(starts)
-    xt = tiles_of(xs, x.shape.rank)[dim]
-    plan = plan_window(xt, t, x.shape.dims[dim], size, starts, width, need)
-    return emit_window(ctx, x, plan, cs, dim, tidx)
-
-
-@with_cause("halo")
-def emit_window(ctx: PartitionContext, x: Instruction, plan: WindowPlan, cs: HloSharding,
-                dim: int, tidx: np.ndarray) -> Instruction:
-    """The windows of ``plan`` from the local piece ``x`` (see ``exchange_window``)."""
-    b = ctx.b
-    starts, width, lsize = plan.starts, plan.width, plan.lsize
-    t = len(starts)
-    if plan.kind == "same":
-        return x
-    if plan.kind == "local":
-        # Whole on this device: cut the window out (padding for out-of-range reads).
-        low = max(0, -int(starts.min()))
-        high = max(0, int((starts + width).max()) - lsize)
-        return _cut(ctx, x, dim, low, high, starts + low, width, tidx)
-    groups = gather_groups(cs, dim)
-    if plan.kind == "gather":
-        full = ctx.f.all_gather(x, dim, groups)
-        low = max(0, -int(starts.min()))
-        high = max(0, int((starts + width).max()) - t * lsize)
-        return _cut(ctx, full, dim, low, high, starts + low, width, tidx)
-    pieces = []
-    total = 0
-    for piece in plan.pieces:
-        part = _static_slice(ctx, x, dim, piece.plo, piece.phi)
-        total += piece.phi - piece.plo
-        pieces.append(_fetch_piece(ctx, part, dim, piece, groups, tidx))
-    window = pieces[0] if len(pieces) == 1 else b.concatenate(pieces, dim)
-    # window[j] is element first*lsize + plo0 + j (on windows with real elements; joins
-    # between pieces are whole shards); pad where a window reaches past the pieces.
-    begin = plan.first * lsize + plan.pieces[0].plo
-    real = plan.real
-    low = max(0, int((begin - starts)[real].max())) if real.any() else 0
-    high = max(0, int((starts + width - begin)[real].max()) - total) if real.any() else 0
-    high = max(high, width - total - low)
-    offsets = np.where(real, starts - begin + low, 0)
-    return _cut(ctx, window, dim, low, high, offsets, width, tidx)
-
-
-def _fetch_piece(ctx: PartitionContext, part: Instruction, dim: int, piece: _Piece,
-                 groups: np.ndarray, tidx: np.ndarray) -> Instruction:
-    """Every device (tile k) receives ``part`` of tile ``src[k]`` where ``needed[k]``
-    (anything elsewhere; only ``[nlo[k], nhi[k])`` along ``dim`` matters), as planned."""
-    b = ctx.b
-    src, needed = piece.src, piece.needed
-    t = len(src)
-    k = np.arange(t)
-    if piece.mode == "own":
-        return part
-    dims = part.shape.dims
-    pw = dims[dim]
-    if piece.mode == "gather":
-        gathered = ctx.f.all_gather(part, dim, groups)
-        offsets = np.where(needed, np.clip(src, 0, t - 1), 0) * pw
-        return _cut(ctx, gathered, dim, 0, 0, offsets, pw, tidx)
-    received = []
-    choice = np.full(t, -1, dtype=np.int64)
-    for r, rnd in enumerate(piece.rounds):
-        logical = np.concatenate([np.stack([groups[:, s_], groups[:, d_]], axis=1)
-                                  for s_, d_ in rnd.pairs])
-        senders = np.asarray([s_ for s_, _ in rnd.pairs], np.int64)
-        receivers = np.asarray([d_ for _, d_ in rnd.pairs], np.int64)
-        choice[receivers] = r
-        w = rnd.width
-        sent_off = rnd.send[senders]
-        if np.all(sent_off == sent_off[0]):
-            out = _static_slice(ctx, part, dim, int(sent_off[0]), int(sent_off[0]) + w)
-        else:
-            out = _cut(ctx, part, dim, 0, 0, rnd.send, w, tidx)
-        got = ctx.f.collective_permute(out, logical)
-        # Back to part coordinates: the rows received by tile d start at its sender's
-        # offset.
-        roff = np.zeros(t, np.int64)
-        roff[receivers] = sent_off
-        if w != pw:
-            lowp = int(roff[receivers].max())
-            highp = int((pw - w - roff[receivers]).max())
-            offs = np.full(t, lowp - int(roff[receivers[0]]), np.int64)
-            offs[receivers] = lowp - roff[receivers]
-            got = _cut(ctx, got, dim, lowp, highp, offs, pw, tidx)
-        received.append(got)
-    out = received[0]
-    for r in range(1, len(received)):
-        out = b.select(device_pred(ctx, choice == r, tidx, dims), received[r], out)
-    own = needed & (src == k)
-    if own.any():
-        out = b.select(device_pred(ctx, own, tidx, dims), part, out)
-    return out
-
-
-def _static_slice(ctx: PartitionContext, x: Instruction, dim: int, lo: int,
-                  hi: int) -> Instruction:
-    if lo == 0 and hi == x.shape.dims[dim]:
-        return x
-    starts = [0] * x.shape.rank
-    limits = list(x.shape.dims)
-    starts[dim], limits[dim] = lo, hi
-    return ctx.b.slice(x, starts, limits)
-
-
-def _cut(ctx: PartitionContext, x: Instruction, dim: int, low: int, high: int,
-         offsets: np.ndarray, width: int, tidx: np.ndarray) -> Instruction:
-    """Pad ``x`` by ``low``/``high`` along ``dim``, then take ``width`` at ``offsets[k]``."""
-    b = ctx.b
-    rank = x.shape.rank
-    if low or high:
-        lows = [0] * rank
-        highs = [0] * rank
-        lows[dim], highs[dim] = low, high
-        x = b.pad(x, b.scalar(0, x), lows, highs)
-    offsets = np.asarray(offsets, np.int64)
-    if np.all(offsets == offsets[0]):
-        off = int(offsets[0])
-        if off == 0 and width == x.shape.dims[dim]:
-            return x
-        starts = [0] * rank
-        limits = list(x.shape.dims)
-        starts[dim], limits[dim] = off, off + width
-        return b.slice(x, starts, limits)
-    zero = b.constant(np.int64(0), S32)
-    idx = [zero] * rank
-    idx[dim] = device_scalar(ctx, offsets, tidx)
-    sizes = list(x.shape.dims)
-    sizes[dim] = width
-    return b.dynamic_slice(x, idx, sizes)
 
 
 def _has_empty(*shapes) -> bool:
@@ -772,12 +418,6 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
     xs = keep_only_tiled(target, ctx.value(operand).sharding, rank, range(rank))
     x = to_sharding(ctx, ctx.value(operand), xs).hlo
     tiles = tiles_of(target, rank)
-    # Dims the result holds whole: pad locally as written.
-    lows = [c.edge_padding_low if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    highs = [c.edge_padding_high if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    inter = [c.interior_padding if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
-    if any(lows) or any(highs) or any(inter):
-        x = b.pad(x, value, lows, highs, inter)
     out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
     for d, first, width, need in _pad_windows(inst, target):
         c = cfg[d]
@@ -801,6 +441,13 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
         valid_hi = lo + (size - 1) * step + 1 - k * o         # one past the last
         care = np.clip(out_size - k * o, 0, o)
         x = mask_outside(ctx, win, d, valid_lo, valid_hi, tidx, value, care)
+    # Dims the result holds whole: pad locally as written, after the exchanges (so the
+    # halos travel without the padding).
+    lows = [c.edge_padding_low if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    highs = [c.edge_padding_high if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    inter = [c.interior_padding if tiles[d] == 1 else 0 for d, c in enumerate(cfg)]
+    if any(lows) or any(highs) or any(inter):
+        x = b.pad(x, value, lows, highs, inter)
     return PValue(x, inst.shape, target)
 
 

@@ -1,0 +1,396 @@
+"""The convolution handler: a convolution is a dot with windowed dims (XLA's
+PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handler).
+
+* Batch, input feature, output feature and the degenerate spatial dims the shared dims
+  model (passes/dot_conv_dims) reads as dot dims are partitioned by the dot planner
+  (handlers/dot_plan) with its cost-based choice and recursive grouping; a callback emits
+  the per-device convolution (window sizes of contracting-like spatial dims and the group
+  counts rescaled to the local shapes). A batch-partitioned convolution moves nothing.
+  ``feature_group_count`` (depthwise) and ``batch_group_count`` (their filter gradients):
+  the grouped features form a batch dim; shards hold whole groups, so tilings that do
+  not divide the group count are dropped first.
+* Windowed spatial dims (GSPMD 4.3): when the result (or else the input) tiles some,
+  devices are grouped by those tiles (GSPMD 4.4); the input is resharded to that tiling
+  and every device gets the input window its output tile reads from the shared halo
+  utility (passes/partition/halo: collective-permutes of the largest halo per side,
+  multi-hop when wider than a shard, or an all-gather when cheaper), out-of-range
+  elements are zeroed, and the window runs with no padding on that dim; the rest is the
+  dot planner's problem inside the groups. An input that holds such a dim whole cuts
+  its window locally. Base (lhs) dilation ``d``: when output rows per tile x stride is a
+  multiple of ``d`` every tile's window has the same static padding and is exchanged
+  the same way; XLA's two other base-dilation cases are not implemented (the dim is
+  gathered, reported in the fallback list).
+* Windowed dims tiled on the kernel (the filter gradient jax.grad emits, whose "kernel"
+  is the output gradient, sharded like the images): when all-reducing the small result
+  moves fewer bytes than gathering the kernel and exchanging whole-dim windows, devices
+  are grouped by the kernel's (or the input's) tiles, each convolves its kernel rows with
+  the input rows they meet (a halo exchange on the input), and the partial results are
+  all-reduced across the groups (XLA's halo exchange on the LHS with a sharded RHS).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.shape_inference import array_shape
+from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.halo import exchange_window, mask_outside, tile_index_table
+from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.handlers.dot import partition_dot
+from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
+                                                       regroup, ungroup_to)
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
+
+LHS, RHS, OUT = 0, 1, 2
+
+
+@handles("convolution")
+def handle_convolution(ctx: PartitionContext, inst: Instruction) -> PValue:
+    dims = DotDims.of(inst)
+    lhs, rhs = ctx.value(inst.operands[0]), ctx.value(inst.operands[1])
+    target = ctx.sharding_of(inst)
+    return partition_convolution(ctx, inst, dims, lhs, rhs, target)
+
+
+def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                          lhs: PValue, rhs: PValue, target: HloSharding) -> PValue:
+    """``inst`` on partitioned operands, with sharding ``target``."""
+    shardings = (lhs.sharding, rhs.sharding, target)
+    if not all(is_plain(s) for s in shardings):
+        # Manual and partially manual convolutions: the dot path handles them as dots.
+        return partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
+                             _untile(ctx, inst, rhs, dims, RHS), target, local_convolution)
+    kernel = _kernel_halo_dims(ctx, dims, lhs, rhs, target)
+    if kernel:
+        return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
+    spatial = _halo_dims(dims, lhs, target)
+    if not spatial:
+        out = partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
+                            _untile(ctx, inst, rhs, dims, RHS), _work(dims, target, OUT),
+                            local_convolution)
+        return ctx.reshard(out, target)
+    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, spatial)
+
+
+# -- which dims the planner may tile ---------------------------------------------------------
+def _bad_group_dims(dims: DotDims, which: int, s: HloSharding) -> list[int]:
+    """Dims of a grouped convolution whose tiling would split a feature / batch group."""
+    c = dims.conv
+    if c is None or not s.is_tiled:
+        return []
+    count = max(c.feature_group_count, c.batch_group_count)
+    if count == 1:
+        return []
+    if c.feature_group_count > 1:
+        d = (c.in_feature, c.k_out, c.out_feature)[which]
+    else:
+        d = (c.in_batch, c.k_out, c.out_feature)[which]
+    rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+    t = data_tiles(s, rank)[d]
+    return [d] if t > 1 and count % t else []
+
+
+def _clean(dims: DotDims, which: int, s: HloSharding, keep: Sequence[int] = ()) -> HloSharding:
+    """``s`` without tiling on the dims the planner must not tile (except ``keep``)."""
+    if not s.is_tiled:
+        return s
+    rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+    tiles = data_tiles(s, rank)
+    drop = [d for d in dims.untiled(which) if d not in keep and tiles[d] > 1]
+    drop += _bad_group_dims(dims, which, s)
+    return partial_replicate(s, drop) if drop else s
+
+
+def _untile(ctx: PartitionContext, inst: Instruction, pv: PValue, dims: DotDims,
+            which: int) -> PValue:
+    """``pv`` resharded so the planner may use it: untiled on the dims it must not tile."""
+    if not is_plain(pv.sharding):
+        return pv
+    s = _clean(dims, which, pv.sharding)
+    if s != pv.sharding and any(d in dims.untiled(which) for d in _tiled_dims(pv.sharding)):
+        _note_gather(ctx, inst)
+    return ctx.reshard(pv, s)
+
+
+def _tiled_dims(s: HloSharding) -> list[int]:
+    return [d for d, t in enumerate(s.tile_dims_for_data()) if t > 1] if s.is_tiled else []
+
+
+def _work(dims: DotDims, target: HloSharding, which: int) -> HloSharding:
+    return _clean(dims, which, target) if is_plain(target) else HloSharding.replicate()
+
+
+def _note_gather(ctx: PartitionContext, inst: Instruction) -> None:
+    """Gathering an operand on a windowed dim is the last resort: report it (as the
+    replicated fallback is reported, by instruction name and opcode)."""
+    entry = (inst.name, inst.opcode)
+    if entry not in ctx.state.report.replicated_fallbacks:
+        ctx.state.report.replicated_fallbacks.append(entry)
+
+
+# -- windowed spatial dims --------------------------------------------------------------------
+def _halo_dims(dims: DotDims, lhs: PValue, target: HloSharding) -> list[tuple[int, int, int]]:
+    """(lhs dim, output dim, window index) of the windowed dims to partition with halos:
+    those the result tiles, or else those the input tiles."""
+    c = dims.conv
+    if c is None:
+        return []
+    cand = []
+    for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
+        if l in dims.untiled(LHS) and o in dims.untiled(OUT):
+            cand.append((l, o, i))
+    for ref, which, rank in ((target, 1, dims.out_rank), (lhs.sharding, 0, dims.lhs_rank)):
+        if not ref.is_tiled:
+            continue
+        tiles = data_tiles(ref, rank)
+        chosen = [x for x in cand if tiles[x[which]] > 1 and
+                  _dilation_ok(dims.window[x[2]], int(lhs.base_shape.dims[x[0]]),
+                               tiles[x[which]])]
+        if chosen:
+            return chosen
+    return []
+
+
+def _dilation_ok(w: WindowDim, size: int, t: int) -> bool:
+    """Base (lhs) dilation ``d`` on a windowed dim: every output tile's window starts at
+    the same offset from an input element when ``per * stride`` (``per`` = output tile
+    size) is a multiple of ``d``; then one static padding serves every tile. (XLA's two
+    other cases -- stride 1 with maximal low padding, non-unit stride with extra window
+    padding -- are not implemented: such dims are gathered, and reported.)"""
+    if w.base_dilation == 1:
+        return True
+    per = -(-w.output_size(size) // t)
+    return (per * w.stride) % w.base_dilation == 0
+
+
+def _window_need(w: WindowDim, size: int, t: int):
+    """(input start per output tile, input width, the per-tile window): the input
+    elements output tile k of ``t`` reads, and the window that computes the tile from
+    them (no padding beyond what base dilation needs, the same on every tile)."""
+    per = -(-w.output_size(size) // t)
+    span = (per - 1) * w.stride + w.span if per > 0 else 0     # dilated positions read
+    q = np.arange(t, dtype=np.int64) * per * w.stride - w.padding_low
+    d = w.base_dilation
+    first = -(-q // d)                                          # first input element
+    low = int(first[0] * d - q[0])
+    count = max(0, (span - 1 - low) // d + 1) if span > 0 else 0
+    high = span - low - ((count - 1) * d + 1 if count > 0 else 0)
+    return first, count, WindowDim(w.size, w.stride, low, high, w.window_dilation, d,
+                                   w.window_reversal)
+
+
+def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
+                l_dims: Sequence[int]) -> HloSharding:
+    """``outer`` with the windowed dims the input holds whole left whole: each device cuts
+    its window out locally there, no halo travels."""
+    if not lhs.sharding.is_tiled:
+        whole = list(l_dims)
+    else:
+        tiles = data_tiles(lhs.sharding, dims.lhs_rank)
+        whole = [d for d in l_dims if tiles[d] == 1]
+    return partial_replicate(outer, whole) if whole else outer
+
+
+def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                       rhs: PValue, target: HloSharding,
+                       spatial: list[tuple[int, int, int]]) -> PValue:
+    """Group devices by the tiles of the windowed dims ``spatial``, give every device the
+    input window of its output tile (halo exchange), and plan the rest inside the groups."""
+    c = dims.conv
+    assert c is not None
+    out_tiled = target.is_tiled and any(data_tiles(target, dims.out_rank)[o] > 1
+                                        for _, o, _ in spatial)
+    ref, ref_dims = (target, [o for _, o, _ in spatial]) if out_tiled else \
+        (lhs.sharding, [l for l, _, _ in spatial])
+    ref_tiles = data_tiles(ref, dims.out_rank if out_tiled else dims.lhs_rank)
+    groups = np.asarray(group_by_dims(ref, ref_dims).device_groups, np.int64)
+    sizes = tuple(int(ref_tiles[d]) for d in ref_dims)
+    l_dims = [l for l, _, _ in spatial]
+    o_dims = [o for _, o, _ in spatial]
+
+    def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
+        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+        s = _clean(dims, which, s, keep=x_dims or ())
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
+        return _clean(dims, which, inner)
+
+    inner_l = inner_of(lhs.sharding, LHS, l_dims)
+    inner_r = inner_of(rhs.sharding, RHS, None)
+    inner_o = inner_of(target, OUT, o_dims)
+    lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
+    rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
+    if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
+            if rhs.sharding.is_tiled else False:
+        _note_gather(ctx, inst)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    l = ctx.reshard(lhs, held)
+    r = ctx.reshard(rhs, rhs_outer)
+
+    x = l.hlo
+    window = list(dims.window)
+    lshape = list(lhs.base_shape.dims)
+    zero = ctx.b.scalar(0, x)
+    for (ld, od, i), t in zip(spatial, sizes):
+        size = int(lhs.base_shape.dims[ld])
+        starts, width, window[i] = _window_need(window[i], size, t)
+        tidx = tile_index_table(ctx, lhs_outer, ld)
+        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
+        lshape[ld] = width
+    inner_dims = dims.with_window(window)
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
+    ri = PValue(r.hlo, rhs.base_shape, inner_r)
+    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
+    out = PValue(res.hlo, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+    return ctx.reshard(out, target)
+
+
+# -- windowed dims tiled on the kernel ----------------------------------------------------------
+def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PValue,
+                      target: HloSharding) -> list[tuple[int, int, int, int]]:
+    """(lhs dim, kernel dim, output dim, window index) of windowed dims to partition along
+    the kernel (the filter gradient jax.grad emits: the "kernel" is the output gradient,
+    as large as the image, and sharded like it): the kernel tiles them, the result does
+    not, and gathering the kernel would move more than all-reducing the partial results."""
+    c = dims.conv
+    if c is None or not (rhs.sharding.is_tiled or lhs.sharding.is_tiled):
+        return []
+    rt = data_tiles(rhs.sharding, dims.rhs_rank) if rhs.sharding.is_tiled else \
+        (1,) * dims.rhs_rank
+    lt = data_tiles(lhs.sharding, dims.lhs_rank) if lhs.sharding.is_tiled else \
+        (1,) * dims.lhs_rank
+    ot = data_tiles(target, dims.out_rank) if target.is_tiled else (1,) * dims.out_rank
+    by_kernel = any(rt[r] > 1 for r in c.k_spatial)
+    out = []
+    for i, (l, r, o) in enumerate(zip(c.in_spatial, c.k_spatial, c.out_spatial)):
+        w = dims.window[i]
+        tiled = rt[r] > 1 if by_kernel else lt[l] > 1
+        if (tiled and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
+                and w.base_dilation == 1 and not w.window_reversal):
+            out.append((l, r, o, i))
+    if not out:
+        return []
+    from hlo_spmd.passes.partition.handlers.dot import _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_plan import Planner
+
+    # The alternative: gather the kernel's windowed dims, exchange the input's windows for
+    # output tiles (the output tiled like the input), gather the output back.
+    eb = _ebytes(rhs.hlo)
+    gather = Planner().reshard_bytes(tuple(rhs.base_shape.dims), rhs.sharding,
+                                     _clean(dims, RHS, rhs.sharding), ctx.num_devices, eb)
+    k = 1
+    for l, r, _, _ in out:
+        k *= rt[r] if by_kernel else lt[l]
+    out_local = float(np.prod(ctx.local_shape(inst_shape(dims, lhs, rhs), target).dims))
+    reduce = 2.0 * out_local * eb * (k - 1) / k
+    lhs_local = float(np.prod(ctx.local_shape(lhs.base_shape, lhs.sharding).dims)) * eb
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    halo = 0.0
+    for l, _, o, i in out:
+        t = lt[l]
+        if t > 1:
+            lsize = -(-int(lhs.base_shape.dims[l]) // t)
+            per = -(-out_dims[o] // t)
+            width = (per - 1) * dims.window[i].stride + dims.window[i].span
+            halo += min(max(0, width - lsize), (t - 1) * lsize) * lhs_local / lsize
+    alternative = gather + halo + out_local * eb * (k - 1) / k
+    return out if reduce < alternative else []
+
+
+def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
+    """The convolution's global output shape for these operands."""
+    return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
+
+
+def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                              lhs: PValue, rhs: PValue, target: HloSharding,
+                              kernel: list[tuple[int, int, int, int]]) -> PValue:
+    """Group devices by the kernel's tiles of the windowed dims ``kernel``: each device
+    convolves its kernel rows with the input rows they meet (a halo exchange on the
+    input), and the partial results are summed across the groups (all-reduce)."""
+    from hlo_spmd.passes.partition.handlers.dot import mask_padding
+
+    r_dims = [r for _, r, _, _ in kernel]
+    l_dims = [l for l, _, _, _ in kernel]
+    # Group by the kernel's tiles, or by the input's when the kernel holds them whole.
+    by_kernel = rhs.sharding.is_tiled and all(
+        data_tiles(rhs.sharding, dims.rhs_rank)[r] > 1 for r in r_dims)
+    ref, ref_dims = (rhs.sharding, r_dims) if by_kernel else (lhs.sharding, l_dims)
+    groups = np.asarray(group_by_dims(ref, ref_dims).device_groups, np.int64)
+    rt = data_tiles(ref, dims.rhs_rank if by_kernel else dims.lhs_rank)
+    sizes = tuple(int(rt[d]) for d in ref_dims)
+
+    def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
+        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+        s = _clean(dims, which, s, keep=x_dims or ())
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
+        return _clean(dims, which, inner)
+
+    inner_l = inner_of(lhs.sharding, LHS, l_dims)
+    inner_r = inner_of(rhs.sharding, RHS, r_dims)
+    inner_o = inner_of(target, OUT, None)
+    lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
+    rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    l = ctx.reshard(lhs, held)
+    r = mask_padding(ctx, ctx.reshard(rhs, rhs_outer), r_dims)
+    x = l.hlo
+    window = list(dims.window)
+    lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
+    zero = ctx.b.scalar(0, x)
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    for (ld, rd, od, i), t in zip(kernel, sizes):
+        w = window[i]
+        size = int(lhs.base_shape.dims[ld])
+        rk = -(-int(rhs.base_shape.dims[rd]) // t)
+        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
+        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
+        tidx = tile_index_table(ctx, lhs_outer, ld)
+        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
+        window[i] = WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)
+        lshape[ld], rshape[rd] = width, rk
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
+    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), inner_r)
+    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, inner_o,
+                        local_convolution)
+    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(groups.T))
+    out = PValue(summed, inst.shape, ungroup_to(groups, dims.out_rank, None, sizes, inner_o))
+    return ctx.reshard(out, target)
+
+
+# -- the per-device convolution -------------------------------------------------------------
+def local_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                      l: Instruction, r: Instruction) -> Instruction:
+    """``inst`` on local operands: the window of ``dims`` (padding removed where halos
+    were exchanged), contracting-like spatial windows as wide as the local kernel, and
+    group counts for the groups this device holds."""
+    attrs = copy_attrs(inst)
+    c = dims.conv
+    assert c is not None
+    for i, w in enumerate(dims.window):
+        wd = attrs.window.dimensions[i]
+        wd.size = w.size
+        wd.padding_low, wd.padding_high = w.padding_low, w.padding_high
+        wd.base_dilation = w.base_dilation
+    for d in dims.contracting:
+        if d.spatial >= 0:
+            attrs.window.dimensions[d.spatial].size = r.shape.dims[d.rhs]
+    if c.feature_group_count > 1:
+        attrs.feature_group_count = l.shape.dims[c.in_feature] // r.shape.dims[c.k_in]
+    if c.batch_group_count > 1:
+        attrs.batch_group_count = l.shape.dims[c.in_batch] // inst.shape.dims[c.out_batch]
+    return ctx.b.op("convolution", [l, r], attrs, [], declared=array_shape(
+        inst.shape.element_type, ()), name=inst.name)
+
+
+__all__ = ["handle_convolution", "partition_convolution", "local_convolution"]

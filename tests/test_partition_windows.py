@@ -1,0 +1,242 @@
+"""Convolution, reduce-window and select-and-scatter partitioned with halo exchange: every
+case runs partitioned on XLA (poisoned padding) against the unpartitioned module, and the
+collectives used are checked where they are the point (batch-partitioned conv moves
+nothing; a 3-wide window over a sharded dim is two collective-permutes)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+
+from hlo_spmd.ir.io import module_bytes  # noqa: E402
+from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
+from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.runtime import verify  # noqa: E402
+
+COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
+
+ADD = """
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+"""
+MAX = """
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] maximum(%a, %b)
+}
+"""
+GE = """
+%ge (a: f32[], b: f32[]) -> pred[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = pred[] compare(%a, %b), direction=GE
+}
+"""
+
+
+def run(text: str, n: int) -> dict[str, int]:
+    module = parse_module(text)
+    original = module_bytes(module)
+    result = partition(module, n, complete=True)
+    report = verify(original, module_bytes(result.module), n, poison_padding=True)
+    assert report.ok, str(report)
+    counts: dict[str, int] = {}
+    for i in result.module.instructions():
+        if i.opcode in COLLECTIVES:
+            counts[i.opcode] = counts.get(i.opcode, 0) + 1
+    return counts
+
+
+def conv(lhs, rhs, out, window, labels, ls, rs, os, extra=""):
+    return f"""HloModule m
+ENTRY %main (x: f32[{lhs}], k: f32[{rhs}]) -> f32[{out}] {{
+  %x = f32[{lhs}] parameter(0), sharding={ls}
+  %k = f32[{rhs}] parameter(1), sharding={rs}
+  ROOT %c = f32[{out}] convolution(%x, %k), window={{{window}}}, dim_labels={labels}{extra}, sharding={os}
+}}
+"""
+
+
+R = "{replicated}"
+
+
+# -- convolution -------------------------------------------------------------------------------
+def test_batch_partitioned_conv_moves_nothing():
+    text = conv("8,16,16,4", "3,3,4,8", "8,16,16,8", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f",
+                "{devices=[8,1,1,1]<=[8]}", R, "{devices=[8,1,1,1]<=[8]}")
+    assert run(text, 8) == {}
+
+
+def test_output_feature_partitioned_conv_moves_nothing():
+    text = conv("2,16,16,4", "3,3,4,8", "2,16,16,8", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f",
+                R, "{devices=[1,1,1,4]<=[4]}", "{devices=[1,1,1,4]<=[4]}")
+    assert run(text, 4) == {}
+
+
+def test_input_feature_partitioned_conv_is_partial_sums():
+    text = conv("2,8,8,8", "3,3,8,4", "2,8,8,4", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f",
+                "{devices=[1,1,1,4]<=[4]}", "{devices=[1,1,4,1]<=[4]}", R)
+    assert set(run(text, 4)) == {"all-reduce"}
+
+
+def test_batch_and_height_2d_conv():
+    text = conv("4,16,8,4", "3,3,4,8", "4,16,8,8", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f",
+                "{devices=[2,4,1,1]<=[8]}", R, "{devices=[2,4,1,1]<=[8]}")
+    assert run(text, 8) == {"collective-permute": 2}
+
+
+@pytest.mark.parametrize("window,h,oh,n", [
+    ("size=3x1 pad=1_1x0_0", 32, 32, 8),                 # SAME
+    ("size=3x1 stride=2x1 pad=1_1x0_0", 32, 16, 8),      # strided
+    ("size=3x1 stride=2x1 pad=0_1x0_0", 31, 15, 4),      # uneven, high padding only
+    ("size=5x1 pad=2_2x0_0", 13, 13, 4),                 # uneven shards
+    ("size=3x1 pad=-1_2x0_0", 16, 15, 4),                # negative low padding
+    ("size=3x1 rhs_dilate=3x1 pad=3_3x0_0", 16, 16, 8),  # atrous: halo of 3 > 2-row shards
+    ("size=7x1 pad=3_3x0_0", 16, 16, 8),                 # halo wider than a shard
+    ("size=2x1 stride=3x1", 17, 6, 4),                   # stride > window (gaps)
+])
+def test_spatial_halo_conv(window, h, oh, n):
+    s = f"{{devices=[1,{n},1,1]<=[{n}]}}"
+    text = conv(f"2,{h},3,4", "%s,1,4,8" % window.split("x")[0].split("=")[1], f"2,{oh},3,8",
+                window, "b01f_01io->b01f", s, R, s)
+    assert "all-gather" not in run(text, n)
+
+
+def test_spatial_conv_result_replicated_input_sharded():
+    text = conv("2,16,4,4", "3,3,4,8", "2,16,4,8", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f",
+                "{devices=[1,4,1,1]<=[4]}", R, R)
+    run(text, 4)
+
+
+def test_kernel_sharded_on_spatial_dim_is_correct():
+    text = conv("2,16,4,4", "4,3,4,8", "2,16,4,8", "size=4x3 pad=1_2x1_1", "b01f_01io->b01f",
+                "{devices=[1,4,1,1]<=[4]}", "{devices=[4,1,1,1]<=[4]}",
+                "{devices=[1,4,1,1]<=[4]}")
+    run(text, 4)
+
+
+@pytest.mark.parametrize("h,window,oh,n", [
+    (8, "size=3x3 pad=1_2x1_1 lhs_dilate=2x1", 16, 4),           # transposed conv, stride 2
+    (8, "size=3x3 pad=2_2x1_1 lhs_dilate=3x1", 24, 8),           # dilation 3, per 3
+    (8, "size=3x3 stride=2x1 pad=1_1x1_1 lhs_dilate=2x1", 8, 4),  # stride 2 x 2 rows
+])
+def test_lhs_dilated_conv_case_one_is_halo_only(h, window, oh, n):
+    """Base dilation d where output rows per tile x stride is a multiple of d: one static
+    per-tile window, halos only."""
+    s = f"{{devices=[1,{n},1,1]<=[{n}]}}"
+    ks = window.split("size=")[1].split(" ")[0].replace("x", ",")
+    text = conv(f"2,{h},4,4", f"{ks},4,8", f"2,{oh},4,8", window, "b01f_01io->b01f", s, R, s)
+    assert "all-gather" not in run(text, n)
+
+
+def test_lhs_dilated_conv_on_sharded_dim_is_correct():
+    text = conv("2,8,4,4", "3,3,4,8", "2,17,4,8", "size=3x3 pad=2_2x1_1 lhs_dilate=2x1",
+                "b01f_01io->b01f", "{devices=[1,4,1,1]<=[4]}", R, "{devices=[1,4,1,1]<=[4]}")
+    run(text, 4)
+
+
+@pytest.mark.parametrize("feature_sharding,n", [(4, 4), (8, 8), (3, 3)])
+def test_depthwise_conv_feature_sharded(feature_sharding, n):
+    s = f"{{devices=[1,1,1,{feature_sharding}]<=[{n}]}}"
+    ks = f"{{devices=[1,1,1,{feature_sharding}]<=[{n}]}}"
+    text = conv("2,8,8,24", "3,3,1,48", "2,8,8,48", "size=3x3 pad=1_1x1_1",
+                "b01f_01io->b01f", s, ks, s, extra=", feature_group_count=24")
+    assert run(text, n) == {}
+
+
+def test_depthwise_conv_feature_sharding_not_dividing_groups():
+    # 6 groups over 4 devices: the grouped dim is gathered, the rest stays correct.
+    s = "{devices=[1,1,1,4]<=[4]}"
+    text = conv("2,8,8,6", "3,3,1,6", "2,8,8,6", "size=3x3 pad=1_1x1_1",
+                "b01f_01io->b01f", s, s, s, extra=", feature_group_count=6")
+    run(text, 4)
+
+
+def test_depthwise_filter_gradient_batch_group_count():
+    # The kernel gradient of a depthwise conv: batch_group_count = features.
+    text = conv("8,8,8,2", "8,8,2,8", "3,3,1,8", "size=8x8 pad=1_1x1_1",
+                "01bf_01io->01bf", "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,1,4]<=[4]}",
+                "{devices=[1,1,1,4]<=[4]}", extra=", batch_group_count=8")
+    run(text, 4)
+
+
+def test_filter_gradient_conv_batch_sharded_is_one_all_reduce():
+    # jax.grad's kernel gradient: images' batch dim is the contracting feature dim.
+    text = conv("8,16,16,4", "8,16,16,8", "3,3,4,8", "size=16x16 pad=1_1x1_1",
+                "f01b_i01o->01bf", "{devices=[8,1,1,1]<=[8]}", "{devices=[8,1,1,1]<=[8]}", R)
+    assert run(text, 8) == {"all-reduce": 1}
+
+
+# -- reduce-window / select-and-scatter --------------------------------------------------------
+def reduce_window(shape, out, window, s, reducer="add", init="0"):
+    comp = ADD if reducer == "add" else MAX
+    return f"""HloModule m
+{comp}
+ENTRY %main (x: f32[{shape}]) -> f32[{out}] {{
+  %x = f32[{shape}] parameter(0), sharding={s}
+  %z = f32[] constant({init})
+  ROOT %r = f32[{out}] reduce-window(%x, %z), window={{{window}}}, to_apply=%{reducer}, sharding={s}
+}}
+"""
+
+
+@pytest.mark.parametrize("shape,out,window,n", [
+    ("2,32,8", "2,16,8", "size=1x2x1 stride=1x2x1", 8),                 # 2x2 max pool
+    ("2,32,8", "2,32,8", "size=1x3x1 pad=0_0x1_1x0_0", 8),              # 3 SAME
+    ("2,30,8", "2,15,8", "size=1x3x1 stride=1x2x1 pad=0_0x1_1x0_0", 4),  # uneven, strided
+    ("2,16,8", "2,16,8", "size=1x5x1 rhs_dilate=1x2x1 pad=0_0x4_4x0_0", 8),  # dilated, wide
+    ("2,16,8", "2,12,8", "size=1x3x1 pad=0_0x-1_-1x0_0", 4),            # negative padding
+])
+@pytest.mark.parametrize("reducer,init", [("add", "0"), ("max", "-inf")])
+def test_reduce_window_halo(shape, out, window, n, reducer, init):
+    s = f"{{devices=[1,{n},1]<=[{n}]}}"
+    run(reduce_window(shape, out, window, s, reducer, init), n)
+
+
+def test_aligned_max_pool_moves_nothing():
+    s = "{devices=[1,8,1]<=[8]}"
+    assert run(reduce_window("2,32,8", "2,16,8", "size=1x2x1 stride=1x2x1", s, "max", "-inf"),
+               8) == {}
+
+
+def test_cumsum_over_sharded_dim_moves_the_tiling():
+    s = "{devices=[8,1]<=[8]}"
+    text = reduce_window("16,8", "16,8", "size=16x1 pad=15_0x0_0", s)
+    assert run(text, 8) == {"all-to-all": 2}
+
+
+def test_lhs_dilated_reduce_window_is_correct():
+    s = "{devices=[1,4,1]<=[4]}"
+    run(reduce_window("2,8,8", "2,14,8", "size=1x2x1 pad=0_0x0_0x0_0 lhs_dilate=1x2x1", s), 4)
+
+
+def select_and_scatter(shape, src, window, s, direction="GE"):
+    ge = GE.replace("GE", direction)
+    return f"""HloModule m
+{ADD}
+{ge}
+ENTRY %main (x: f32[{shape}], g: f32[{src}]) -> f32[{shape}] {{
+  %x = f32[{shape}] parameter(0), sharding={s}
+  %g = f32[{src}] parameter(1), sharding={s}
+  %z = f32[] constant(0)
+  ROOT %r = f32[{shape}] select-and-scatter(%x, %g, %z), window={{{window}}}, select=%ge, scatter=%add, sharding={s}
+}}
+"""
+
+
+@pytest.mark.parametrize("shape,src,window,n", [
+    ("2,32,8", "2,16,8", "size=1x2x1 stride=1x2x1", 8),
+    ("2,32,8", "2,16,8", "size=1x3x1 stride=1x2x1 pad=0_0x1_1x0_0", 8),
+    ("2,30,8", "2,15,8", "size=1x3x1 stride=1x2x1 pad=0_0x1_1x0_0", 4),
+    ("2,16,8", "2,16,8", "size=1x3x1 pad=0_0x1_1x0_0", 8),
+    ("2,17,8", "2,5,8", "size=1x2x1 stride=1x4x1 pad=0_0x1_1x0_0", 4),
+])
+@pytest.mark.parametrize("direction", ["GE", "LT"])
+def test_select_and_scatter_halo(shape, src, window, n, direction):
+    s = f"{{devices=[1,{n},1]<=[{n}]}}"
+    counts = run(select_and_scatter(shape, src, window, s, direction), n)
+    assert "all-gather" not in counts
