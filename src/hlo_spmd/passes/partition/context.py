@@ -44,6 +44,9 @@ class ModuleState:
     num_devices: int
     report: PartitionReport
     clone_memo: dict[int, Computation] = field(default_factory=dict)
+    # reshard's memory (reshard.py): (computation, device grouping, value, target) -> the
+    # value already produced, so every later user shares one set of collectives.
+    reshard_cache: dict[tuple, tuple] = field(default_factory=dict)
 
 
 class PartitionContext:
