@@ -23,6 +23,7 @@ from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
 from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.tidy import tidy_module
 from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.sharding import HloSharding, to_proto
 
@@ -166,6 +167,7 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
     for comp in out.computations:
         _remove_annotation_calls(comp)
         comp.remove_dead()
+    tidy_module(out, num_partitions)  # fewer bytes once every user is known
     out.remove_unreachable_computations()
     out.sort_computations()
     return out, state.report
