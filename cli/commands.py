@@ -51,13 +51,21 @@ def show(src: str, computation: str | None, annotated_only: bool, instruction: s
 @click.option("--complete", is_flag=True,
               help="The module already has a sharding on every instruction: skip completion.")
 @click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
+@click.option("--windowed-einsum-threshold", "windowed_mib", type=click.FloatRange(min=0),
+              default=None, metavar="MiB",
+              help="Dots whose operand all-gather exceeds MiB per device loop over "
+                   "collective-permutes instead (windowed einsum; default: off).")
+@click.option("--bidirectional", is_flag=True,
+              help="Windowed einsum with pieces moving both ways round the ring.")
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
-              fmt: str | None) -> None:
+              fmt: str | None, windowed_mib: float | None, bidirectional: bool) -> None:
     """Complete shardings and partition IN into one per-device SPMD program."""
-    from hlo_spmd.passes.partition import partition as run_partition
+    from hlo_spmd.passes.partition import PartitionOptions, partition as run_partition
 
     module = load_module(src, verify=True)
-    result = run_partition(module, num_partitions, complete=complete)
+    result = run_partition(module, num_partitions, complete=complete,
+                           options=PartitionOptions(windowed_einsum_threshold_mib=windowed_mib,
+                                                    windowed_einsum_bidirectional=bidirectional))
     save_module(result.module, out, fmt)
     fallbacks = result.report.replicated_fallbacks
     click.echo(f"wrote {out}: {result.num_partitions} partitions, "

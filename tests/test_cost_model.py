@@ -74,3 +74,10 @@ ENTRY main {{
     planned = Planner().plan(problem).cost.bytes
     result = partition(module, 4, complete=True)
     assert planned == pytest.approx(module_stats(result.module, 4).total_bytes_per_device)
+
+
+def test_maximal_to_one_tiled_dim_is_one_reduce_scatter():
+    from test_reshard_routes import run_case
+
+    assert run_case([8, 6], "{maximal device=1}", "{devices=[4,1]3,1,0,2}", 4) == \
+        {"reduce-scatter": 1}

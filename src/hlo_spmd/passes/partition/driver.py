@@ -17,7 +17,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
-                                               PartitionReport)
+                                               PartitionOptions, PartitionReport)
 from hlo_spmd.ir.opcodes import COLLECTIVES
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -116,7 +116,8 @@ def partition_computation(ctx: PartitionContext, comp: Computation,
     return out
 
 
-def partition_module(module: Module, num_partitions: int) -> tuple[Module, PartitionReport]:
+def partition_module(module: Module, num_partitions: int,
+                     options: PartitionOptions | None = None) -> tuple[Module, PartitionReport]:
     out = Module(module.name)
     out.attrs = hlo_pb2.HloModuleProto()
     if module.attrs is not None:
@@ -124,7 +125,8 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
         for f in ("spmd_parameters_shardings", "spmd_output_sharding", "schedule",
                   "host_program_shape"):
             out.attrs.ClearField(f)
-    state = ModuleState(module, out, num_partitions, PartitionReport())
+    state = ModuleState(module, out, num_partitions, PartitionReport(),
+                        options=options or PartitionOptions())
     entry = Computation(module.entry.name)
     out.add_computation(entry)
     out.entry = entry

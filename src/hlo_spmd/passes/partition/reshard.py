@@ -92,6 +92,8 @@ def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) 
 
         raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",
                              f"instruction {pv.hlo.name}")
+    if src.is_maximal and _scatter_dim(target, pv.base_shape.dims, ctx.num_devices) is not None:
+        return maximal_to_tiled(ctx, pv, target)
     if src.is_maximal:
         pv = maximal_to_replicated(ctx, pv)
         src = pv.sharding
@@ -128,8 +130,10 @@ def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
             return 0.0
         return 0.0 if dst.is_manual and (src.is_replicated or src.is_maximal) else math.inf
     total = 0.0
+    full = float(math.prod(dims)) * itemsize
+    if src.is_maximal and _scatter_dim(dst, dims, num_devices) is not None:
+        return bytes_per_device("reduce-scatter", full, full / num_devices, num_devices)
     if src.is_maximal:
-        full = float(math.prod(dims)) * itemsize
         total += bytes_per_device("all-reduce", full, full, num_devices)
         src = HloSharding.replicate()
         if src == dst:
@@ -240,8 +244,19 @@ def slice_replicated(ctx: "PartitionContext", pv: PValue, target: HloSharding) -
     return PValue(out, pv.base_shape, target)
 
 
-def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
-    """The owner's value to every device: zero elsewhere, then all-reduce."""
+def _scatter_dim(s: HloSharding, dims, n: int) -> int | None:
+    """The dim ``s`` tiles evenly over all ``n`` devices (and no other), if any."""
+    if not s.is_tiled or s.subgroup_types or s.is_partial_replicated or n < 2:
+        return None
+    tiles = s.tile_dims_for_data()
+    tiled = [k for k, t in enumerate(tiles) if t > 1]
+    if len(tiled) != 1 or tiles[tiled[0]] != n or int(dims[tiled[0]]) % n:
+        return None
+    return tiled[0]
+
+
+def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
+    """The owner's value on the owner, zero elsewhere."""
     owner = pv.sharding.device
     n = ctx.num_devices
     is_owner = ctx.logical_table((np.arange(n) == owner).astype(np.int64))
@@ -251,8 +266,24 @@ def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
     if x.shape.rank:
         pred = ctx.b.broadcast(pred, list(x.shape.dims), [])
     zero = ctx.b.broadcast(ctx.b.scalar(0, x), list(x.shape.dims), []) if x.shape.rank else ctx.b.scalar(0, x)
-    selected = ctx.b.select(pred, x, zero)
+    return ctx.b.select(pred, x, zero)
+
+
+def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """The owner's value, tiled on one dim over every device: one reduce-scatter of the
+    owner-only value (half the bytes of all-reduce + slice)."""
+    d = _scatter_dim(target, pv.base_shape.dims, ctx.num_devices)
+    x = _owner_only(ctx, pv)
     op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+    out = ctx.f.reduce_scatter(x, d, op, gather_groups(target, d))
+    return PValue(out, pv.base_shape, target)
+
+
+def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
+    """The owner's value to every device: zero elsewhere, then all-reduce."""
+    n = ctx.num_devices
+    selected = _owner_only(ctx, pv)
+    op = "or" if selected.shape.element_type == PrimitiveType.PRED else "add"
     out = ctx.f.all_reduce(selected, op, np.arange(n).reshape(1, n))
     return PValue(out, pv.base_shape, HloSharding.replicate())
 
