@@ -121,15 +121,23 @@ def _annotate_mesh_forms(module, text: str, axes) -> str:
 @click.option("--report", "report_path", default=None, metavar="FILE.json",
               help="Write every inserted collective (kind, cost, cause, the op it serves) "
                    "as JSON; '-' for stdout.")
+@click.option("--windowed-einsum-threshold", "windowed_mib", type=click.FloatRange(min=0),
+              default=None, metavar="MiB",
+              help="Dots whose operand all-gather exceeds MiB per device loop over "
+                   "collective-permutes instead (windowed einsum; default: off).")
+@click.option("--bidirectional", is_flag=True,
+              help="Windowed einsum with pieces moving both ways round the ring.")
 @_MESH
 @_SHARD
 @_QUIET
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
-              fmt: str | None, report_path: str | None, mesh: str | None,
-              shards: tuple[str, ...], quiet: bool) -> None:
+              fmt: str | None, report_path: str | None, windowed_mib: float | None,
+              bidirectional: bool, mesh: str | None, shards: tuple[str, ...],
+              quiet: bool) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
     from hlo_spmd.api import partition_owned as api_partition
+    from hlo_spmd.passes.partition import PartitionOptions
     from hlo_spmd.report import top_causes_line
     from hlo_spmd_cli.common import Progress, write_json
 
@@ -142,8 +150,10 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
             parse_mesh(mesh) if mesh else None  # fail on a bad spec before any work
             as_shard_specs(list(shards))
         progress.step("completing shardings and partitioning")
+        options = PartitionOptions(windowed_einsum_threshold_mib=windowed_mib,
+                                   windowed_einsum_bidirectional=bidirectional)
         result = api_partition(module, num_partitions, mesh=mesh, shard=list(shards),
-                               complete=complete)
+                               complete=complete, options=options)
         progress.step(f"writing {label(out)}")
         if report_path is not None and report_path == out:
             from hlo_spmd.errors import InputError

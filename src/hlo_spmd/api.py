@@ -88,7 +88,7 @@ def annotate(module: Module, mesh: Any = None, shard: Any = None) -> Module:
 
 def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
               shard: Mapping[str, Any] | Sequence[str] | None = None, *,
-              complete: bool = False) -> PartitionResult:
+              complete: bool = False, options: Any = None) -> PartitionResult:
     """Complete the shardings and partition ``src`` into one per-device SPMD program.
 
     ``mesh``: ``"data=2,model=4"``, ``{"data": 2, "model": 4}`` or pairs; ``shard``:
@@ -96,14 +96,16 @@ def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
     name, ``#K`` entry parameter, ``out`` / ``out#K`` result). ``num_partitions``
     defaults to what the shardings (or the mesh) imply. A Module passed in is copied
     first (inlining, annotation normalization and completion rewrite what they work on).
+    ``options``: a ``hlo_spmd.passes.partition.PartitionOptions`` (e.g. windowed einsum).
     """
     module = copy_module(src) if isinstance(src, Module) else load(src)
-    return partition_owned(module, num_partitions, mesh, shard, complete=complete)
+    return partition_owned(module, num_partitions, mesh, shard, complete=complete,
+                           options=options)
 
 
 def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any = None,
                     shard: Mapping[str, Any] | Sequence[str] | None = None, *,
-                    complete: bool = False) -> PartitionResult:
+                    complete: bool = False, options: Any = None) -> PartitionResult:
     """:func:`partition` on a module the caller gives up (it is rewritten: no copy)."""
     import math
 
@@ -115,7 +117,7 @@ def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any
         from hlo_spmd.annotations.cli_spec import parse_mesh
 
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
-    result = run_partition(module, num_partitions, complete=complete)
+    result = run_partition(module, num_partitions, complete=complete, options=options)
     report = build_report(result.module, result.report.causes, result.num_partitions,
                           module, result.report.replicated_fallbacks)
     warnings = [r["message"] for r in report["full_rematerializations"]]

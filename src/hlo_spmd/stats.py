@@ -13,7 +13,9 @@ can be put side by side (:func:`comparison_rows`).
   bytes live over the entry computation's program order. A value is live from its
   definition to its last use (the root's values to the end); tuple, get-tuple-element,
   bitcast, opt-barrier and add-dependency create no buffer but keep their operands'
-  buffers alive; entry parameters are live from the start; at a while / conditional /
+  buffers alive; a while's state is its operand's buffers (XLA's buffer assignment gives
+  the loop state, the body's parameter and root the buffers of the while's operand), so it
+  creates none either; entry parameters are live from the start; at a while / conditional /
   call, the callee's own peak (parameters excluded: they alias the operands) is added
   on top of what is live at that point. Fusion and scheduling effects are ignored: it is
   an estimate for comparing two partitionings of the same program, not a simulation of
@@ -134,7 +136,7 @@ def _infer_num_devices(module: Module, comps: Sequence[Computation]) -> int | No
 
 # -- memory -----------------------------------------------------------------------------------
 def _own_bytes(inst: Instruction, is_entry: bool) -> int:
-    if inst.opcode in ALIASING_OPS:
+    if inst.opcode in ALIASING_OPS or inst.opcode == "while":
         return 0
     if inst.opcode == "parameter" and not is_entry:
         return 0
@@ -153,7 +155,12 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     elements: dict[int, list[frozenset[int]]] = {}
     last: dict[int, int] = {}
     for idx, inst in enumerate(order):
-        if inst.opcode in ALIASING_OPS:
+        if inst.opcode == "while":  # the loop state lives in its operand's buffers
+            src = sources.get(id(inst.operands[0]), frozenset())
+            if id(inst.operands[0]) in elements:
+                elements[id(inst)] = elements[id(inst.operands[0])]
+            sources[id(inst)] = src
+        elif inst.opcode in ALIASING_OPS:
             if inst.opcode == "get-tuple-element" and id(inst.operands[0]) in elements:
                 src = elements[id(inst.operands[0])][inst.tuple_index]
             elif inst.opcode == "add-dependency" and inst.operands:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
-from hlo_spmd.passes.partition.context import PartitionReport
+from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
 from hlo_spmd.passes.partition.driver import partition_module
 
 
@@ -54,7 +54,8 @@ def debug_verify(module: Module, after: str) -> None:
 
 
 def partition(module: Module, num_partitions: int | None = None, *,
-              complete: bool = False, verify: bool = True) -> PartitionResult:
+              complete: bool = False, verify: bool = True,
+              options: PartitionOptions | None = None) -> PartitionResult:
     """Complete the shardings (unless ``complete``) and partition ``module``."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.passes.inline_calls import inline_calls
@@ -72,7 +73,7 @@ def partition(module: Module, num_partitions: int | None = None, *,
         if propagate is not None:
             propagate(module)
             debug_verify(module, "sharding completion")
-    out, report = partition_module(module, n)
+    out, report = partition_module(module, n, options)
     if verify:
         from hlo_spmd.ir.verifier import verify_module
 

@@ -38,6 +38,16 @@ class PartitionError(HloSpmdError):
 
 
 @dataclass
+class PartitionOptions:
+    """User choices that change the program (not its numbers)."""
+    # XLA's threshold_for_windowed_einsum_mib: a dot whose operand all-gather is larger
+    # (MiB per device) runs as a loop of collective-permutes (handlers/dot_windowed.py).
+    # None: off.
+    windowed_einsum_threshold_mib: float | None = None
+    windowed_einsum_bidirectional: bool = False  # two streams of pieces, half the steps
+
+
+@dataclass
 class ModuleState:
     """Shared by every context of one partitioning run."""
     source: Module
@@ -45,6 +55,10 @@ class ModuleState:
     num_devices: int
     report: PartitionReport
     clone_memo: dict[int, Computation] = field(default_factory=dict)
+    # reshard's memory (reshard.py): (computation, device grouping, value, target) -> the
+    # value already produced, so every later user shares one set of collectives.
+    reshard_cache: dict[tuple, tuple] = field(default_factory=dict)
+    options: PartitionOptions = field(default_factory=PartitionOptions)
 
 
 class PartitionContext:

@@ -17,12 +17,13 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
-                                               PartitionReport)
+                                               PartitionOptions, PartitionReport)
 from hlo_spmd.ir.opcodes import COLLECTIVES
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
 from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.tidy import tidy_module
 from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.sharding import HloSharding, to_proto
 
@@ -122,7 +123,8 @@ def partition_computation(ctx: PartitionContext, comp: Computation,
     return out
 
 
-def partition_module(module: Module, num_partitions: int) -> tuple[Module, PartitionReport]:
+def partition_module(module: Module, num_partitions: int,
+                     options: PartitionOptions | None = None) -> tuple[Module, PartitionReport]:
     out = Module(module.name)
     out.attrs = hlo_pb2.HloModuleProto()
     if module.attrs is not None:
@@ -130,7 +132,8 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
         for f in ("spmd_parameters_shardings", "spmd_output_sharding", "schedule",
                   "host_program_shape"):
             out.attrs.ClearField(f)
-    state = ModuleState(module, out, num_partitions, PartitionReport())
+    state = ModuleState(module, out, num_partitions, PartitionReport(),
+                        options=options or PartitionOptions())
     entry = Computation(module.entry.name)
     out.add_computation(entry)
     out.entry = entry
@@ -174,6 +177,7 @@ def partition_module(module: Module, num_partitions: int) -> tuple[Module, Parti
     for comp in out.computations:
         _remove_annotation_calls(comp)
         comp.remove_dead()
+    tidy_module(out, num_partitions)  # fewer bytes once every user is known
     out.remove_unreachable_computations()
     out.sort_computations()
     return out, state.report

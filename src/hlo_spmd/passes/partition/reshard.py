@@ -10,18 +10,30 @@ Routes (cheapest that applies):
     replicated                     of them, costed in bytes per device), when it beats:
   anything else                 -> through replicated (correct for every pair)
 Tuple values reshard per element.
+
+``reshard_cost`` is the one cost function: the bytes per device on the wire (the figure
+collectives/cost.py gives ``stats``) of exactly the route ``reshard`` takes. Every planner
+prices its candidates with it.
+
+Reshards are remembered (XLA's PartitionedHlo reshard cache): per computation and device
+grouping, a value resharded to a target once is reused by every later user, and the
+reverse direction is recorded too (resharding the result back to the source gives the
+source value, with no traffic).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+from hlo_spmd.collectives.cost import bytes_per_device
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.sharding import HloSharding, device_offsets, tile_shape
+from hlo_spmd.sharding import HloSharding, ShardingType, device_offsets, tile_shape
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
@@ -33,9 +45,40 @@ SPECIAL_ROUTES: list = []
 
 @reshard_scope
 def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
-    src = pv.sharding
-    if src == target:
+    """``pv`` with sharding ``target`` (the single way a value changes sharding)."""
+    if pv.sharding == target:
         return pv
+    cache = ctx.state.reshard_cache
+    key = _cache_key(ctx, pv, target)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit[1]
+    out = _reshard_uncached(ctx, pv, target)
+    # The cached entry keeps the source instruction alive, so its id is never reused.
+    cache[key] = (pv.hlo, out)
+    if out.hlo is not pv.hlo and _reversible(pv.sharding) and _reversible(target):
+        cache.setdefault(_cache_key(ctx, out, pv.sharding), (out.hlo, pv))
+    return out
+
+
+def _cache_key(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple:
+    groups = ctx.grouping.groups
+    shape = pv.base_shape
+    return (id(ctx.b.computation), groups.shape, groups.tobytes(), id(pv.hlo),
+            shape.element_type, tuple(shape.dims), pv.sharding, target)
+
+
+def _reversible(s: HloSharding) -> bool:
+    """Shardings whose value is the same data on every holder (so the source of a reshard
+    is a valid answer for the way back): not maximal (valid on one device only), not
+    manual nor with manual / unreduced subgroups, not tuples."""
+    if s.is_replicated:
+        return True
+    return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
+
+
+def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    src = pv.sharding
     if pv.base_shape.is_tuple:
         return _reshard_tuple(ctx, pv, target)
     if not pv.base_shape.is_array:
@@ -54,6 +97,8 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
     from hlo_spmd.passes.partition import unreduced  # partial sums: their own routes
     if unreduced.is_unreduced(src) or unreduced.is_unreduced(target):
         return unreduced.reshard_unreduced(ctx, pv, target)
+    if src.is_maximal and _scatter_dim(target, pv.base_shape.dims, ctx.num_devices) is not None:
+        return maximal_to_tiled(ctx, pv, target)
     if src.is_maximal:
         pv = maximal_to_replicated(ctx, pv)
         src = pv.sharding
@@ -68,7 +113,59 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
             return out
     if target.is_replicated:
         return replicate(ctx, pv)
-    return slice_replicated(ctx, replicate(ctx, pv), target)
+    # Through the replicated value, itself remembered for later users.
+    return slice_replicated(ctx, reshard(ctx, pv, HloSharding.replicate()), target)
+
+
+def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
+                 dst: HloSharding, num_devices: int) -> float:
+    """Bytes per device on the wire of ``reshard`` taking an array of global ``dims`` (of
+    ``itemsize`` bytes per element) from ``src`` to ``dst`` over ``num_devices`` logical
+    devices: the route ``reshard`` itself chooses, each collective costed by
+    collectives/cost.py (so a plan's price is what ``stats`` reports for its program).
+    The reshard cache is not consulted: this is the price of a fresh reshard. ``inf``
+    for pairs ``reshard`` rejects (manual <-> non-manual)."""
+    if src == dst:
+        return 0.0
+    dims = tuple(int(d) for d in dims)
+    if src.is_tuple or dst.is_tuple:
+        raise ValueError("reshard_cost prices one array; price tuple elements one by one")
+    if src.is_manual or dst.is_manual:
+        if src.is_manual and dst.is_manual:
+            return 0.0
+        return 0.0 if dst.is_manual and (src.is_replicated or src.is_maximal) else math.inf
+    total = 0.0
+    full = float(math.prod(dims)) * itemsize
+    if src.is_maximal and _scatter_dim(dst, dims, num_devices) is not None:
+        return bytes_per_device("reduce-scatter", full, full / num_devices, num_devices)
+    if src.is_maximal:
+        total += bytes_per_device("all-reduce", full, full, num_devices)
+        src = HloSharding.replicate()
+        if src == dst:
+            return total
+    tiles = src.tile_dims_for_data() if src.is_tiled else [1] * len(dims)
+    if dst.is_maximal:
+        return total + replicate_cost(dims, itemsize, tiles)
+    from hlo_spmd.passes.partition import reshard_routes
+
+    plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, num_devices)
+    if plan is not None:
+        return total + plan.cost
+    return total + replicate_cost(dims, itemsize, tiles)
+
+
+def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -> float:
+    """What ``replicate`` moves from data tiles ``tiles``: one all-gather per tiled dim, in
+    dim order, of the padded local array (the padding is sliced off at the end); cutting a
+    tile out of the replicated value afterwards is free."""
+    local = [-(-int(d) // int(t)) for d, t in zip(dims, tiles)]
+    total = 0.0
+    for k, t in enumerate(tiles):
+        if t > 1:
+            gathered = float(math.prod(local)) * t * itemsize
+            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
+            local[k] *= t
+    return total
 
 
 def _reshard_tuple(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
@@ -153,8 +250,19 @@ def slice_replicated(ctx: "PartitionContext", pv: PValue, target: HloSharding) -
     return PValue(out, pv.base_shape, target)
 
 
-def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
-    """The owner's value to every device: zero elsewhere, then all-reduce."""
+def _scatter_dim(s: HloSharding, dims, n: int) -> int | None:
+    """The dim ``s`` tiles evenly over all ``n`` devices (and no other), if any."""
+    if not s.is_tiled or s.subgroup_types or s.is_partial_replicated or n < 2:
+        return None
+    tiles = s.tile_dims_for_data()
+    tiled = [k for k, t in enumerate(tiles) if t > 1]
+    if len(tiled) != 1 or tiles[tiled[0]] != n or int(dims[tiled[0]]) % n:
+        return None
+    return tiled[0]
+
+
+def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
+    """The owner's value on the owner, zero elsewhere."""
     owner = pv.sharding.device
     n = ctx.num_devices
     is_owner = ctx.logical_table((np.arange(n) == owner).astype(np.int64))
@@ -164,8 +272,24 @@ def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
     if x.shape.rank:
         pred = ctx.b.broadcast(pred, list(x.shape.dims), [])
     zero = ctx.b.broadcast(ctx.b.scalar(0, x), list(x.shape.dims), []) if x.shape.rank else ctx.b.scalar(0, x)
-    selected = ctx.b.select(pred, x, zero)
+    return ctx.b.select(pred, x, zero)
+
+
+def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """The owner's value, tiled on one dim over every device: one reduce-scatter of the
+    owner-only value (half the bytes of all-reduce + slice)."""
+    d = _scatter_dim(target, pv.base_shape.dims, ctx.num_devices)
+    x = _owner_only(ctx, pv)
     op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+    out = ctx.f.reduce_scatter(x, d, op, gather_groups(target, d))
+    return PValue(out, pv.base_shape, target)
+
+
+def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
+    """The owner's value to every device: zero elsewhere, then all-reduce."""
+    n = ctx.num_devices
+    selected = _owner_only(ctx, pv)
+    op = "or" if selected.shape.element_type == PrimitiveType.PRED else "add"
     out = ctx.f.all_reduce(selected, op, np.arange(n).reshape(1, n))
     return PValue(out, pv.base_shape, HloSharding.replicate())
 

@@ -21,8 +21,8 @@ plans are built from the two tilings (factors that leave a dim move to a dim tha
 them, in every order that matters; excess factors are gathered; missing ones are sliced,
 before the other steps while the source's replication allows, after them otherwise), with
 the device-order fix-up either last or first (on the source shards, through a pre-image of
-the target), simulated on the layouts, and costed by the bytes a device receives
-(``plan_cost``; ties: fewer collectives, fewer steps). The cheapest wins; when nothing
+the target), simulated on the layouts, and costed in bytes per device on the wire, each
+collective as collectives/cost.py prices it for ``stats`` (``plan_cost``; ties: fewer collectives, fewer steps). The cheapest wins; when nothing
 beats going through the fully replicated value, ``reshard`` keeps its baseline route.
 
 Everything speaks in logical device ids and builds collectives through the factory, so
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -46,7 +47,8 @@ from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
 
-__all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "reshard_with_plan",
+__all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "chosen_plan",
+           "reshard_with_plan",
            "Slice", "AllGather", "AllToAll", "Permute", "Plan"]
 
 
@@ -255,7 +257,8 @@ class AllGather(Step):
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
 
     def cost(self, lay, dims, itemsize):
-        return (self.factor - 1) * _nbytes(_local(lay.tiles, dims), itemsize)
+        part = _nbytes(_local(lay.tiles, dims), itemsize)
+        return bytes_per_device("all-gather", part, part * self.factor, self.factor)
 
     def emit(self, ctx, x, lay, dims):
         from hlo_spmd.passes.partition.reshard import slice_to
@@ -339,8 +342,8 @@ class AllToAll(Step):
         return local
 
     def cost(self, lay, dims, itemsize):
-        g = self.group_size
-        return (g - 1) / g * _nbytes(self._padded_local(lay, dims), itemsize)
+        size = _nbytes(self._padded_local(lay, dims), itemsize)
+        return bytes_per_device("all-to-all", size, size, self.group_size)
 
     def emit(self, ctx, x, lay, dims):
         """Split every receiving dim into (its factors, its new shard), exchange the factor
@@ -446,7 +449,8 @@ class Permute(Step):
     def cost(self, lay, dims, itemsize):
         if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
             return 0.0
-        return _nbytes(_local(lay.tiles, dims), itemsize)
+        size = _nbytes(_local(lay.tiles, dims), itemsize)
+        return bytes_per_device("collective-permute", size, size, 2)
 
     def emit(self, ctx, x, lay, dims):
         if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
@@ -494,8 +498,8 @@ def simulate(steps: Sequence[Step], src: Layout, dims: tuple[int, ...],
 
 
 def plan_cost(plan: Plan) -> float:
-    """Bytes one device receives along the plan (all-gather: (f-1) x local, all-to-all:
-    (g-1)/g x local, collective-permute: local, dynamic-slice: 0)."""
+    """Bytes per device on the wire along the plan, each step's collective costed by
+    collectives/cost.py (dynamic-slice: 0)."""
     return plan.cost
 
 
@@ -756,6 +760,10 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
         fallback_steps.append(Slice(dst))
     fallback = simulate(fallback_steps, src, dims, itemsize)
     assert fallback is not None
+    # Priced as ``reshard`` emits it (reshard.replicate: padded gathers, slice at the end).
+    from hlo_spmd.passes.partition.reshard import replicate_cost
+
+    fallback.cost = replicate_cost(dims, itemsize, src.tiles)
     fallback.through_replicated = True
     fallback.name = "through replicated"
     best: Plan | None = None
@@ -833,25 +841,41 @@ def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
     return PValue(x, pv.base_shape, target)
 
 
+def chosen_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: HloSharding,
+                num_devices: int) -> Plan | None:
+    """The plan ``route`` emits for these shardings, or None when ``reshard`` goes
+    through the replicated value instead (nothing cheaper, or not handled here). Shared by
+    emission and by reshard.reshard_cost, so what is priced is what is built."""
+    dims = tuple(int(d) for d in dims)
+    if not dims or any(d == 0 for d in dims):
+        return None
+    a = layout_of(src, num_devices, len(dims))
+    b = layout_of(dst, num_devices, len(dims))
+    if a is None or b is None:
+        return None
+    if a.same_as(b):
+        return Plan([], name="nothing", layouts=[a])
+    best, fallback = plan_reshard(a, b, dims, itemsize)
+    if best is None or best.key() >= fallback.key():
+        return None
+    return best
+
+
 def route(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue | None:
     """The SPECIAL_ROUTES entry: the cheapest plan, or None to let ``reshard`` go through
     the replicated value (when nothing is cheaper or the shardings are not handled here)."""
     shape = pv.base_shape
     if not shape.is_array or shape.rank == 0 or any(int(d) == 0 for d in shape.dims):
         return None
-    n = ctx.num_devices
-    src = layout_of(pv.sharding, n, shape.rank)
-    dst = layout_of(target, n, shape.rank)
-    if src is None or dst is None:
+    src = layout_of(pv.sharding, ctx.num_devices, shape.rank)
+    if src is None or tuple(pv.hlo.shape.dims) != _local(src.tiles, shape.dims):
         return None
-    if tuple(pv.hlo.shape.dims) != _local(src.tiles, shape.dims):
+    plan = chosen_plan(shape.dims, _itemsize(pv), pv.sharding, target, ctx.num_devices)
+    if plan is None:
         return None
-    if src.same_as(dst):
+    if not plan.steps:
         return PValue(pv.hlo, shape, target)
-    best, fallback = plan_reshard(src, dst, shape.dims, _itemsize(pv))
-    if best is None or best.key() >= fallback.key():
-        return None
-    return reshard_with_plan(ctx, pv, target, best)
+    return reshard_with_plan(ctx, pv, target, plan)
 
 
 if route not in SPECIAL_ROUTES:

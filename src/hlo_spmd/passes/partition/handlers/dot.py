@@ -87,6 +87,14 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
                       (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
     plan = Planner().plan(problem)
     _record_plan(ctx, inst, plan)
+    threshold = ctx.state.options.windowed_einsum_threshold_mib
+    if threshold is not None and local_op is _local_dot:
+        from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_dot
+
+        out = windowed_dot(ctx, inst, plan, problem, lhs, rhs, out_shape, threshold,
+                           ctx.state.options.windowed_einsum_bidirectional)
+        if out is not None:
+            return ctx.reshard(ctx.reshard(out, problem.out), target)
     out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape, local_op)
     return ctx.reshard(out, target)
 

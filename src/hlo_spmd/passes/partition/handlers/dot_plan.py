@@ -21,13 +21,11 @@ Strategies (see dot_dims for the iteration space):
   shapes, inner shardings over group-local ids - is planned recursively. Grouping on
   contracting dims ends with an all-reduce across groups.
 
-Cost = estimated bytes received per device, then local flops, then a preference for
-grouping (the paper's structure) on exact ties. A reshard costs what the route
-``reshard`` will take costs (reshard_routes' plan: all-gather (f-1)/f, all-to-all
-(g-1)/g, collective-permute 1, slice 0, times the local size), or, when that module
-cannot plan it, the holder-set lower bound (the elements a device must hold afterwards
-and did not hold before). The partial sums cost 2R(k-1)/k for an all-reduce and R(k-1)/k
-for a reduce-scatter over k devices (R = local result bytes).
+Cost = bytes per device on the wire, then local flops, then a preference for grouping
+(the paper's structure) on exact ties. Every figure comes from the one cost model: a
+reshard costs ``reshard.reshard_cost`` (the route ``reshard`` will take), the partial sums
+``collectives.cost.bytes_per_device`` of the all-reduce or reduce-scatter emitted, the
+same figures ``stats`` reports for the partitioned program.
 """
 from __future__ import annotations
 
@@ -37,7 +35,9 @@ from typing import Union
 
 import numpy as np
 
-from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate, shard_bounds
+from hlo_spmd.collectives.cost import bytes_per_device
+from hlo_spmd.passes.partition.reshard import reshard_cost
+from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 from hlo_spmd.sharding import merge_compatible as _merge
 from hlo_spmd.passes.partition.handlers.dot_dims import (
     BATCH, CONTRACTING, LHS_NC, RHS_NC, DotDims, data_tiles, group0_view, is_plain, lift,
@@ -132,28 +132,15 @@ class Planner:
     # -- cost model ----------------------------------------------------------------------
     def reshard_bytes(self, shape: tuple[int, ...], src: HloSharding, dst: HloSharding,
                       n: int, ebytes: int) -> float:
-        """Bytes a device receives to go from ``src`` to ``dst`` (max over devices)."""
+        """Bytes per device ``reshard`` moves to go from ``src`` to ``dst``
+        (``reshard.reshard_cost``, memoized per planner)."""
         if src == dst:
             return 0.0
         key = (shape, src, dst, n, ebytes)
         hit = self._rb.get(key)
-        if hit is not None:
-            return hit
-        routed = _routed_bytes(shape, src, dst, n, ebytes)
-        if routed is not None:
-            cost = routed
-        elif not (is_plain(src) and is_plain(dst)):
-            cost = float(math.prod(shape) * ebytes)
-        else:
-            bs = shard_bounds(src, shape, n)
-            bd = shard_bounds(dst, shape, n)
-            lo = np.maximum(bs[..., 0], bd[..., 0])
-            hi = np.minimum(bs[..., 1], bd[..., 1])
-            overlap = np.prod(np.clip(hi - lo, 0, None), axis=1)
-            need = np.prod(bd[..., 1] - bd[..., 0], axis=1)
-            cost = float(np.max(need - overlap)) * ebytes if n else 0.0
-        self._rb[key] = cost
-        return cost
+        if hit is None:
+            hit = self._rb[key] = reshard_cost(shape, float(ebytes), src, dst, n)
+        return hit
 
     # -- search --------------------------------------------------------------------------
     def plan(self, p: Problem, depth: int = 0) -> Plan:
@@ -219,7 +206,8 @@ class Planner:
         if k == 1:
             options.append((fin, "none", -1, res))
         else:
-            options.append((2 * rbytes * (k - 1) / k + fin, "all-reduce", -1, res))
+            options.append((bytes_per_device("all-reduce", rbytes, rbytes, k) + fin,
+                            "all-reduce", -1, res))
             for dim in range(orank):
                 size = out_local[dim]
                 if size == 0 or not (tiles[dim] == 1 or size % k == 0):
@@ -227,7 +215,8 @@ class Planner:
                 padded = rbytes / size * (-(-size // k) * k)
                 rs = scattered(t, ir, orank, contr, dim)
                 fin_rs = self.reshard_bytes(p.out_shape, rs, p.out, p.n, p.ebytes[OUT])
-                options.append((padded * (k - 1) / k + fin_rs, "reduce-scatter", dim, rs))
+                options.append((bytes_per_device("reduce-scatter", padded, padded / k, k)
+                                + fin_rs, "reduce-scatter", dim, rs))
         post_bytes, post, sdim, result = min(options, key=lambda o: o[0])
         cost = Cost(round(inbytes + post_bytes, 3), flops, 0)
         return BasePlan(t, lhs_t, rhs_t, post, sdim, result, cost)
@@ -315,36 +304,13 @@ class Planner:
         reduce = 0.0
         if kind == CONTRACTING:
             ng = int(groups.shape[0])
-            local = _local_dims(inner.out_shape, inner.out)
-            reduce = 2.0 * math.prod(local) * p.ebytes[OUT] * (ng - 1) / ng
+            local = float(math.prod(_local_dims(inner.out_shape, inner.out)) * p.ebytes[OUT])
+            reduce = bytes_per_device("all-reduce", local, local, ng)
         result = ungroup_to(groups, p.rank(OUT), x_dims[OUT], sizes, inner.out)
         fin = self.reshard_bytes(p.out_shape, result, p.out, p.n, p.ebytes[OUT])
         cost = Cost(round(align + reduce + fin, 3), 0.0, -1) + inner_plan.cost
         return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
                          inner_plan, result, cost)
-
-
-def _routed_bytes(shape: tuple[int, ...], src: HloSharding, dst: HloSharding, n: int,
-                  ebytes: int) -> float | None:
-    """The cost of the route ``reshard`` will actually take, when the resharding routes
-    (reshard_routes: all-gather / all-to-all / permute / slice chains) can plan it; None
-    otherwise (then the holder-set lower bound is used)."""
-    if not shape or any(int(d) == 0 for d in shape):
-        return None
-    try:
-        from hlo_spmd.passes.partition import reshard_routes as routes
-
-        a = routes.layout_of(src, n, len(shape))
-        b = routes.layout_of(dst, n, len(shape))
-        if a is None or b is None:
-            return None
-        if a.same_as(b):
-            return 0.0
-        best, through = routes.plan_reshard(a, b, shape, float(ebytes))
-        chosen = best if best is not None and best.key() < through.key() else through
-        return float(routes.plan_cost(chosen))
-    except (ImportError, AttributeError):  # routes absent or a different API: estimate
-        return None
 
 
 def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:

@@ -1,35 +1,47 @@
 """Elementwise ops: operands resharded to one common sharding, op applied per tile.
 
 The common sharding is the result's, unless the operands already agree on another one
-and resharding the single result moves less data than resharding several operands (the
+and resharding the single result moves fewer bytes (``reshard.reshard_cost``, the one
+cost model) than resharding the operands (the
 same choice XLA's partitioner makes, e.g. a select whose three operands are tiled and
 whose result is wanted partially replicated: compute tiled, all-gather once).
 """
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import ELEMENTWISE
+from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.reshard import reshard, reshard_cost
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 from hlo_spmd.sharding import HloSharding
 
 
-def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding]) -> HloSharding:
-    """The sharding to compute in: the one that needs the fewest same-size reshards
-    (operands not already in it, plus one for the result if it differs from ``target``).
-    Ties go to ``target``. Pure, so it is unit-testable."""
-    best, best_cost = target, sum(1 for s in operand_shardings if s != target)
+def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
+                     cost: Callable[[int | None, HloSharding, HloSharding], float] | None = None
+                     ) -> HloSharding:
+    """The sharding to compute in: the one whose operand reshards (plus the result's, if
+    it differs from ``target``) cost least. ``cost(k, src, dst)``: bytes per device of
+    resharding operand ``k`` (None: the result); the handler passes
+    ``reshard.reshard_cost``; without it every reshard counts 1. Ties go to ``target``.
+    Pure, so it is unit-testable."""
+    if cost is None:
+        def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
+            return 0.0 if a == b else 1.0
+
+    best, best_cost = target, sum(cost(k, s, target) for k, s in enumerate(operand_shardings))
     for cand, _ in Counter(s for s in operand_shardings if s.is_tiled).most_common():
-        cost = sum(1 for s in operand_shardings if s != cand) + 1
-        if cost < best_cost:
-            best, best_cost = cand, cost
+        c = sum(cost(k, s, cand) for k, s in enumerate(operand_shardings)) + \
+            cost(None, cand, target)
+        if c < best_cost - 1e-9:
+            best, best_cost = cand, c
     return best
 
 
@@ -41,8 +53,15 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     full_rank = [i for i, op in enumerate(inst.operands) if op.shape.rank == inst.shape.rank]
     sharding = target
     if inst.shape.rank and not target.is_manual:
+        shapes = [inst.operands[i].shape for i in full_rank]
+
+        def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
+            shape = inst.shape if k is None else shapes[k]
+            size = bit_width(shape.element_type) / 8.0
+            return reshard_cost(shape.dims, size, a, b, ctx.num_devices)
+
         sharding = compute_sharding(target, [ctx.value(inst.operands[i]).sharding
-                                             for i in full_rank])
+                                             for i in full_rank], cost)
     if inst.opcode not in LINEAR_OPS and is_unreduced(sharding):
         sharding = reduced(sharding)   # partial sums only go through linear ops
     operands = []

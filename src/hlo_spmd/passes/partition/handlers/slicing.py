@@ -21,7 +21,7 @@ Slice, pad and concatenate may instead compute in another sharding
 dim it leaves alone (one all-to-all; XLA's way for concatenate) or is dropped, the op
 runs with that dim whole, and the result is resharded back -- when that moves fewer bytes
 per device. Both sides are costed as the emitted collectives are (collectives/cost.py):
-windows by ``plan_window``, reshards by ``reshard_routes.plan_reshard``.
+windows by ``plan_window``, reshards by ``reshard.reshard_cost``.
 
 Window positions outside the operand hold garbage; handlers mask them (pad value,
 concatenate operand choice) or they fall into the result's own end padding.
@@ -44,8 +44,7 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import pad_to
-from hlo_spmd.passes.partition.reshard_routes import layout_of, plan_cost, plan_reshard
+from hlo_spmd.passes.partition.reshard import pad_to, reshard_cost
 from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate, tile_shape
 from hlo_spmd.passes.partition.halo import (  # noqa: F401  (the shared halo utility)
     _cut, _static_slice, device_scalar, exchange_window, mask_outside, plan_window,
@@ -132,39 +131,12 @@ def itemsize(shape: Shape) -> float:
 def reshard_bytes(ctx: PartitionContext, src: HloSharding, dst: HloSharding,
                   shape: Shape) -> float | None:
     """Bytes per device ``ctx.reshard`` moves to take a value of ``shape`` from ``src`` to
-    ``dst`` (the cheaper of its planned route and going through the replicated value,
-    costed as collectives/cost.py does); None when the shardings are not plain tiled /
-    replicated ones the planner handles."""
+    ``dst`` (``reshard.reshard_cost``, the one cost model); None for non-array values."""
     if src == dst:
         return 0.0
     if not shape.is_array:
         return None
-    rank = shape.rank
-    if rank == 0 or any(int(d) == 0 for d in shape.dims):
-        return None
-    n = ctx.num_devices
-    a, b = layout_of(src, n, rank), layout_of(dst, n, rank)
-    if a is None or b is None:
-        return None
-    if a.same_as(b):
-        return 0.0
-    best, through = plan_reshard(a, b, shape.dims, itemsize(shape))
-    if best is not None and best.key() < through.key():
-        return plan_cost(best)
-    return _replicate_bytes(a.tiles, shape)
-
-
-def _replicate_bytes(tiles: Sequence[int], shape: Shape) -> float:
-    """What ``reshard``'s route through the replicated value moves: one all-gather per
-    tiled dim, in dim order, of the padded local array (the padding is sliced off only
-    at the end); cutting the target's tile out of the replicated value is free."""
-    local = [-(-int(d) // int(t)) for d, t in zip(shape.dims, tiles)]
-    total = 0.0
-    for k, t in enumerate(tiles):
-        if t > 1:
-            total += (t - 1) * math.prod(local) * itemsize(shape)
-            local[k] *= t
-    return total
+    return reshard_cost(shape.dims, itemsize(shape), src, dst, ctx.num_devices)
 
 
 def to_sharding_bytes(ctx: PartitionContext, src: HloSharding, dst: HloSharding,

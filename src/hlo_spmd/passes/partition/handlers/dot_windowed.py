@@ -1,0 +1,186 @@
+"""Windowed einsum (collective matmul): a dot whose plan all-gathers one operand becomes a
+loop of collective-permutes, each step computing a partial dot on the piece at hand, so
+no device ever holds the whole gathered operand.
+
+Mirrors XLA's windowed einsum loop in dot_handler.cc (``threshold_for_windowed_einsum_mib``,
+unidirectional form). Applies to a base plan (dot_plan) in which one operand ("the
+window") is tiled on a single dim ``c`` across every device of the current group, evenly,
+and must be gathered whole (its target is replicated), the other operand needs no
+partial-sum reduction, and the gather exceeds the threshold. With ``n`` devices, at step
+``i`` logical device ``j`` holds piece ``(j + i) mod n`` of the window:
+
+* ``c`` contracting: the other operand's matching slice times the piece is added to the
+  accumulator (the full local result);
+* ``c`` non-contracting: the piece's result is written into its place of the result dim.
+
+The piece moves one device down the ring after each step (``n - 1`` collective-permutes
+of one piece: the bytes of the all-gather it replaces). The loop runs ``n - 1`` steps; the
+last piece is computed after it. Bidirectional (XLA's windowed_einsum bidirectional
+form, ``n`` even): a second stream walks the ring the other way (pieces ``j - 1 - i``),
+two partial dots per step, ``n / 2 - 1`` steps -- the same bytes in half the rounds.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.causes import with_cause
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.handlers.dot_dims import CONTRACTING, LHS_NC, RHS_NC, data_tiles
+from hlo_spmd.passes.partition.handlers.dot_plan import BasePlan, GroupPlan, Plan, Problem
+from hlo_spmd.passes.partition.pvalue import PValue
+
+S32 = PrimitiveType.S32
+
+
+@with_cause("contraction")
+def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem,
+                 lhs: PValue, rhs: PValue, out_shape: Shape,
+                 threshold_mib: float, bidirectional: bool = False) -> PValue | None:
+    """The windowed form of ``plan``, or None when it does not apply (then the plan is
+    emitted as usual). The result has sharding ``plan.result``."""
+    if not _no_reduction(plan):
+        return None
+    n = ctx.num_devices
+    for side, (win, win_t, other, other_t) in enumerate(
+            ((lhs, plan.lhs_t, rhs, plan.rhs_t), (rhs, plan.rhs_t, lhs, plan.lhs_t))):
+        c = _window_dim(win, win_t, n)
+        if c is None:
+            continue
+        gathered = math.prod(win.base_shape.dims) * win.hlo.shape.byte_size() / \
+            max(1, math.prod(win.hlo.shape.dims))
+        if gathered <= threshold_mib * 2 ** 20:
+            continue
+        kind, pos = _role(p, side, c)
+        if kind is None:
+            continue
+        return _emit(ctx, inst, plan, p, side, c, kind, pos, win,
+                     ctx.reshard(other, other_t), out_shape, bidirectional)
+    return None
+
+
+def _no_reduction(plan: Plan) -> bool:
+    """A plan of one local dot per device with no partial sums: a base plan without a
+    reduction, or a grouping down to single devices on non-contracting dims (the same
+    program; the planner prefers that form on ties)."""
+    if isinstance(plan, BasePlan):
+        return plan.post == "none"
+    return (isinstance(plan, GroupPlan) and plan.kind != CONTRACTING and
+            plan.inner.n == 1 and isinstance(plan.inner_plan, BasePlan))
+
+
+def _window_dim(win: PValue, target, n: int) -> int | None:
+    """The one dim ``win`` is tiled on, over all ``n`` devices and evenly, when its plan
+    gathers it whole."""
+    s = win.sharding
+    if n < 2 or not target.is_replicated or not s.is_tiled or s.is_partial_replicated \
+            or s.subgroup_types:
+        return None
+    tiles = data_tiles(s, win.base_shape.rank)
+    tiled = [k for k, t in enumerate(tiles) if t > 1]
+    if len(tiled) != 1 or tiles[tiled[0]] != n or win.base_shape.dims[tiled[0]] % n:
+        return None
+    # Logical device j must hold piece j (the ring below walks pieces in device order).
+    if not np.array_equal(s.tile_assignment.array().reshape(-1), np.arange(n)):
+        return None
+    return tiled[0]
+
+
+def _role(p: Problem, side: int, c: int) -> tuple[str | None, int]:
+    """("contracting", the other operand's matching dim) or ("output", the result dim of
+    a non-contracting dim); batch dims are not windowed."""
+    d = p.dims
+    for ld, rd in d.contracting:
+        if (ld, rd)[side] == c:
+            return "contracting", (rd, ld)[side]
+    it = d.tensor_iter(side)[c]  # iteration dims 0..out_rank-1 are the output dims
+    if it in d.kind_iter(LHS_NC) or it in d.kind_iter(RHS_NC):
+        return "output", it
+    return None, -1
+
+
+def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side: int,
+          c: int, kind: str, pos: int, win: PValue, other: PValue, out_shape: Shape,
+          bidirectional: bool) -> PValue:
+    from hlo_spmd.passes.partition.handlers.dot import _local_dot
+
+    n = ctx.num_devices
+    b = ctx.b
+    piece = int(win.hlo.shape.dims[c])
+    et = inst.shape.element_type
+    ring = np.arange(n)
+    # Streams of pieces: (piece held at step i as (j + sign * i + start) mod n, the pairs
+    # that pass it on). Forward: piece j + i, received from j + 1. Backward (the
+    # bidirectional form): piece j - 1 - i, received from j - 1, after a first shift.
+    forward = (1, 0, np.stack([(ring + 1) % n, ring], axis=1))
+    backward = (-1, -1, np.stack([(ring - 1) % n, ring], axis=1))
+    streams = [forward, backward] if bidirectional and n % 2 == 0 and n >= 4 else [forward]
+    steps = n // len(streams)  # pieces per stream
+
+    def step(bctx: PartitionContext, o: Instruction, w: Instruction, acc: Instruction,
+             i: Instruction, sign: int, start: int) -> Instruction:
+        """Add (or place) the partial dot of the piece ``w`` this device holds."""
+        bb = bctx.b
+        me = bctx.logical_table(ring.astype(np.int64))
+        k = bb.add(me, bb.multiply(i, bb.constant(np.int64(sign), S32))) if sign > 0 else \
+            bb.subtract(me, i)
+        k = bb.add(k, bb.constant(np.int64(start + n), S32))  # keep it non-negative
+        k = bb.remainder(k, bb.constant(np.int64(n), S32))
+        off = bb.multiply(k, bb.constant(np.int64(piece), S32))
+        zero = bb.constant(np.int64(0), S32)
+        if kind == "contracting":
+            starts = [zero] * o.shape.rank
+            starts[pos] = off
+            sizes = list(o.shape.dims)
+            sizes[pos] = piece
+            o = bb.dynamic_slice(o, starts, sizes)
+        part = _local_dot(bctx, inst, *((w, o) if side == 0 else (o, w)))
+        if kind == "contracting":
+            return bb.add(acc, part)
+        starts = [zero] * acc.shape.rank
+        starts[pos] = off
+        return bb.dynamic_update_slice(acc, part, starts)
+
+    # The accumulator: the full local result of the plan, zero.
+    acc0 = b.broadcast(b.constant(np.asarray(0), et), list(_result_local(p, plan)), [])
+    pieces = [win.hlo if start == 0 else ctx.f.collective_permute(win.hlo, pairs)
+              for _, start, pairs in streams]
+    zero = b.constant(np.int64(0), S32)
+    init = b.tuple([other.hlo, acc0, zero] + pieces)
+    state = init.shape
+
+    # Body: one step per stream, then every piece moves on.
+    body_b = b.new_computation(f"{inst.name}.windowed_body")
+    bctx = ctx.for_computation(body_b)
+    param = body_b.parameter(0, state, name="state")
+    o, acc, i, *ws = (body_b.get_tuple_element(param, k) for k in range(3 + len(streams)))
+    for w, (sign, start, _) in zip(ws, streams):
+        acc = step(bctx, o, w, acc, i, sign, start)
+    moved = [bctx.f.collective_permute(w, pairs) for w, (_, _, pairs) in zip(ws, streams)]
+    i_next = body_b.add(i, body_b.constant(np.int64(1), S32))
+    body_b.set_root(body_b.tuple([o, acc, i_next] + moved))
+
+    cond_b = b.new_computation(f"{inst.name}.windowed_cond")
+    cparam = cond_b.parameter(0, state, name="state")
+    ci = cond_b.get_tuple_element(cparam, 2)
+    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(steps - 1), S32), "LT"))
+
+    loop = b.while_loop(cond_b.computation, body_b.computation, init,
+                        name=f"{inst.name}.windowed")
+    # The last pieces, after the loop (no permute left to do).
+    o, acc, i, *ws = (b.get_tuple_element(loop, k) for k in range(3 + len(streams)))
+    for w, (sign, start, _) in zip(ws, streams):
+        acc = step(ctx, o, w, acc, i, sign, start)
+    return PValue(acc, out_shape, plan.result)
+
+
+def _result_local(p: Problem, plan: Plan) -> tuple[int, ...]:
+    tiles = data_tiles(plan.result, len(p.out_shape))
+    return tuple(-(-s // t) for s, t in zip(p.out_shape, tiles))
+
+
+__all__ = ["windowed_dot"]
