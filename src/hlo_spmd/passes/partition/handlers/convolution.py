@@ -36,6 +36,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.shape_inference import array_shape
 from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import exchange_window, mask_outside, tile_index_table
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
@@ -309,6 +310,7 @@ def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
     return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
 
 
+@with_cause("contraction")  # the all-reduce sums the per-window partial products
 def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
                               lhs: PValue, rhs: PValue, target: HloSharding,
                               kernel: list[tuple[int, int, int, int]]) -> PValue:

@@ -94,7 +94,8 @@ def _role(p: Problem, side: int, c: int) -> tuple[str | None, int]:
     """("contracting", the other operand's matching dim) or ("output", the result dim of
     a non-contracting dim); batch dims are not windowed."""
     d = p.dims
-    for ld, rd in d.contracting:
+    for cd in d.contracting:
+        ld, rd = cd.lhs, cd.rhs
         if (ld, rd)[side] == c:
             return "contracting", (rd, ld)[side]
     it = d.tensor_iter(side)[c]  # iteration dims 0..out_rank-1 are the output dims
@@ -138,7 +139,7 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
             sizes = list(o.shape.dims)
             sizes[pos] = piece
             o = bb.dynamic_slice(o, starts, sizes)
-        part = _local_dot(bctx, inst, *((w, o) if side == 0 else (o, w)))
+        part = _local_dot(bctx, inst, p.dims, *((w, o) if side == 0 else (o, w)))
         if kind == "contracting":
             return bb.add(acc, part)
         starts = [zero] * acc.shape.rank
