@@ -1,9 +1,9 @@
 """Ops that act along some dims only: local whenever those dims are not sharded.
 
 reduce-window whose window is trivial (size 1, stride 1, no padding or dilation) on every
-sharded dim, sort along an unsharded dim, topk over an unsharded last dim: operands are
-resharded to the result's sharding and the op runs per tile, no communication. Anything
-else goes to the replicated fallback (correct; windowed halos are a later addition).
+sharded dim: operands are resharded to the result's sharding and the op runs per tile, no
+communication. Anything else goes to the replicated fallback (correct; windowed halos are
+a later addition). Sort and top-k live in ``sort``, which reuses these helpers.
 """
 from __future__ import annotations
 
@@ -62,21 +62,3 @@ def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
     if leaf is None or not _sharded_dims(leaf) <= _trivial_window_dims(inst):
         return handle_replicated(ctx, inst)
     return _local(ctx, inst, arrays, leaf)
-
-
-@handles("sort")
-def handle_sort(ctx: PartitionContext, inst: Instruction) -> PValue:
-    arrays = len(inst.operands)
-    leaf = _common_leaf(ctx, inst, arrays)
-    if leaf is None or inst.dimensions[0] in _sharded_dims(leaf):
-        return handle_replicated(ctx, inst)
-    return _local(ctx, inst, arrays, leaf)
-
-
-@handles("topk")
-def handle_topk(ctx: PartitionContext, inst: Instruction) -> PValue:
-    leaf = _common_leaf(ctx, inst, 2)
-    rank = inst.operands[0].shape.rank
-    if leaf is None or (rank - 1) in _sharded_dims(leaf):
-        return handle_replicated(ctx, inst)
-    return _local(ctx, inst, 1, leaf)

@@ -14,7 +14,6 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers import slicing  # noqa: F401  (registers its handlers)
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
