@@ -2,9 +2,9 @@
 
 XLA's partitioned module comes from jaxlib (after its spmd-partitioning pass); both are
 measured with the same cost model (hlo_spmd.stats). Fixtures whose main op belongs to a
-later issue (convolution, reduce-window, gather/scatter, sort, the pipeline) still run
-through the replicated fallback for those ops, and are listed with the reason (an
-expected failure that turns into a pass as soon as they are no worse than XLA).
+later issue (convolution, reduce-window) still run through the replicated fallback for
+those ops, and are listed with the reason (an expected failure that turns into a pass as
+soon as they are no worse than XLA).
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
 LATER_ISSUE = {
     "conv_spatial": "convolution: no spatial (halo) handler yet, replicated fallback",
     "conv_strided_pool": "convolution / reduce-window over a sharded spatial dim: no halo yet",
-    "gather_scatter": "gather / scatter: no handler yet, replicated fallback",
 }
 
 

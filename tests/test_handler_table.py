@@ -21,6 +21,8 @@ PINNED = {
     "control_flow.handle_conditional": ["conditional"],
     "control_flow.handle_while": ["while"],
     "dot.handle_dot": ["dot"],
+    "gather_scatter.handle_gather": ["gather"],
+    "gather_scatter.handle_scatter": ["scatter"],
     "local_dims.handle_reduce_window": ["reduce-window"],
     "misc.handle_add_dependency": ["add-dependency"],
     "misc.handle_after_all": ["after-all"],

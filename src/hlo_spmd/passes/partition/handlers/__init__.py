@@ -5,7 +5,7 @@ from importlib import import_module
 
 FAMILIES = (
     "basic", "elementwise", "control_flow", "misc", "reduce", "slicing", "shapes", "dot",
-    "local_dims", "sort",
+    "local_dims", "sort", "gather_scatter",
 )
 
 for _family in FAMILIES:
