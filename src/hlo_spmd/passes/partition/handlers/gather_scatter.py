@@ -22,8 +22,7 @@ that ties dims of the operand, the indices, the updates and the result together:
 
 Candidate grids are read off the current shardings of the operand, the indices (and
 updates) and off the wanted result sharding; each is emitted and costed in communicated
-bytes per device with the project's one cost model, the cheapest is kept (the others are
-dead code and removed by the driver). Duplicate indices in an overwriting scatter keep
+bytes per device with the project's one cost model (``choose``), the cheapest is kept. Duplicate indices in an overwriting scatter keep
 XLA's semantics because every update of a row is applied on the devices that own the row,
 in the original order.
 """
@@ -34,12 +33,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from hlo_spmd.collectives.cost import collective_cost
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -119,35 +118,6 @@ def _dedupe(grids: Sequence[Grid | None]) -> list[Grid]:
             continue
         out.append(g)
     return out
-
-
-def cheapest(ctx: PartitionContext, candidates: Sequence[Callable[[], PValue]]) -> PValue:
-    """Emit every candidate and keep the one with the fewest communicated bytes per device
-    (then the smallest largest tensor). The others become dead code."""
-    comp = ctx.b.computation
-    best, best_key = None, None
-    for emit in candidates:
-        start = len(comp.instructions)
-        pv = emit()
-        new = comp.instructions[start:]
-        nbytes = 0.0
-        for inst in new:
-            c = collective_cost(inst, ctx.state.num_devices)
-            if c is not None:
-                nbytes += c.bytes_per_device
-        peak = max((_elements(i.shape) for i in new), default=0)
-        key = (round(nbytes, 3), peak)
-        if best_key is None or key < best_key:
-            best, best_key = pv, key
-    return best
-
-
-def _elements(shape: Shape) -> int:
-    if shape.is_tuple:
-        return max((_elements(s) for s in shape.tuple_shapes), default=0)
-    if not shape.is_array:
-        return 0
-    return int(np.prod(shape.dims, dtype=np.int64))
 
 
 def _plain(ctx: PartitionContext, inst: Instruction, k: int) -> bool:
@@ -334,27 +304,7 @@ def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
     cands: list[Callable[[], PValue]] = [
         (lambda g=g: _emit_gather(ctx, inst, gd, g, target)) for g in grids]
     cands.append(lambda: handle_replicated(ctx, inst))
-    return _cheapest_with_report(ctx, inst, cands)
-
-
-def _cheapest_with_report(ctx: PartitionContext, inst: Instruction,
-                          cands: Sequence[Callable[[], PValue]]) -> PValue:
-    """``cheapest``, reporting a replicated fallback only when it is the one kept."""
-    report = ctx.state.report.replicated_fallbacks
-    before = len(report)
-    results: list[PValue] = []
-
-    def keep(emit: Callable[[], PValue]) -> Callable[[], PValue]:
-        def run() -> PValue:
-            results.append(emit())
-            return results[-1]
-        return run
-
-    pv = cheapest(ctx, [keep(c) for c in cands])
-    del report[before:]
-    if pv is results[-1]:  # the replicated candidate (always last) won
-        report.append((inst.name, inst.opcode))
-    return pv
+    return cheapest_or_replicated(ctx, inst, cands)
 
 
 # -- scatter ----------------------------------------------------------------------------------
@@ -505,4 +455,4 @@ def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
         (lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner))
         for g in _dedupe(srcs)]
     cands.append(lambda: handle_replicated(ctx, inst))
-    return _cheapest_with_report(ctx, inst, cands)
+    return cheapest_or_replicated(ctx, inst, cands)
