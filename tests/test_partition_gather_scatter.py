@@ -84,12 +84,16 @@ def check(text, n, *, vs_xla=True, replicated_ok=False):
     return out, ours
 
 
-def embedding(vocab, n, table_s, ids_s, out_s):
+def embedding(vocab, n, table_s, ids_s, out_s, ids3_s=None):
+    """``ids3_s``: the sharding of the [4,8,1] index array (default: ``ids_s`` with an
+    untiled trailing dim, for plain tilings)."""
+    if ids3_s is None:
+        ids3_s = ids_s.replace("]<=", ",1]<=") if "devices" in ids_s else ids_s
     return f"""HloModule m
 ENTRY %main (t: f32[{vocab},16], ids: s32[4,8]) -> f32[4,8,16] {{
   %t = f32[{vocab},16] parameter(0), sharding={table_s}
   %ids = s32[4,8] parameter(1), sharding={ids_s}
-  %b = s32[4,8,1] reshape(%ids), sharding={ids_s.replace(']<=', ',1]<=') if 'devices' in ids_s else ids_s}
+  %b = s32[4,8,1] reshape(%ids), sharding={ids3_s}
   ROOT %g = f32[4,8,16] gather(%t, %b), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,16}}, sharding={out_s}
 }}
 """
@@ -120,11 +124,29 @@ def test_index_passthrough_is_local():
 
 
 def test_table_sharded_two_ways_and_indices_sharded():
-    # Correct, but XLA moves fewer bytes here (2240 vs 2496 B/device): it combines the
-    # indices' batch sharding with the vocab sharding on a sub-axis of the table's grid,
-    # which the single-grid candidates do not do yet.
     check(embedding(64, 8, "{devices=[4,2]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
-                    "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}"), 8, vs_xla=False)
+                    "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}",
+                    "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}"), 8)
+
+
+def test_indices_batch_sharding_combines_with_vocab_sharding():
+    # Vocab on devices d % 4, indices' batch on d // 4: independent, so one grid holds
+    # both; the result is reduced over the vocab devices only.
+    out, _ = check(embedding(64, 8, "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}",
+                             "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+                             "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}",
+                             "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}"), 8)
+    assert "all-gather" not in {i.opcode for i in out.instructions()}
+
+
+def test_scatter_add_of_batch_sharded_updates_into_vocab_sharded_table():
+    # The embedding gradient: updates sharded on batch (d // 4), table on vocab (d % 4):
+    # each device scatters its share into its rows, then a sum over the batch devices.
+    out, _ = check(scatter(64, 8, "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}",
+                           "{devices=[2,4]<=[8] last_tile_dim_replicate}",
+                           "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+                           "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}", "add", k=64), 8)
+    assert "all-gather" not in {i.opcode for i in out.instructions()}
 
 
 def test_explicit_batching_dims_are_index_parallel():

@@ -108,6 +108,44 @@ def grid_from(s: HloSharding, rank: int, labels: Sequence[Role | None]) -> Grid 
     return Grid(arr, roles)
 
 
+def _coords(grid: Grid, n: int) -> tuple[np.ndarray, list[int], list[Role | None]]:
+    """[n, k] tile coordinates of every logical device along the grid's role axes."""
+    axes = [a for a, r in enumerate(grid.roles) if r is not None]
+    idx = np.stack(np.unravel_index(np.arange(grid.arr.size), grid.arr.shape), axis=1)
+    out = np.zeros((n, len(axes)), dtype=np.int64)
+    out[grid.arr.ravel()] = idx[:, axes]
+    return out, [grid.arr.shape[a] for a in axes], [grid.roles[a] for a in axes]
+
+
+def combine(first: Grid | None, second: Grid | None, n: int) -> Grid | None:
+    """One grid with the role axes of both (the second's roles must be new ones), when the
+    two shardings' device layouts are independent: every combination of coordinates is
+    held by the same number of devices. Vectorized over devices."""
+    if first is None or second is None:
+        return None
+    c1, t1, r1 = _coords(first, n)
+    c2, t2, r2 = _coords(second, n)
+    kinds1 = {tuple(sorted(dict(r[1]).items())) for r in r1}
+    if any(tuple(sorted(dict(r[1]).items())) in kinds1 for r in r2):
+        return None
+    sizes = t1 + t2
+    total = int(np.prod(sizes, dtype=np.int64))
+    if total <= 1 or n % total:
+        return None
+    key = np.ravel_multi_index(tuple(np.concatenate([c1, c2], axis=1).T), sizes) \
+        if sizes else np.zeros(n, np.int64)
+    rep = n // total
+    if not np.all(np.bincount(key, minlength=total) == rep):
+        return None
+    order = np.lexsort((np.arange(n), key))
+    arr = order.reshape(sizes + [rep])
+    return Grid(arr, list(r1) + list(r2) + [None])
+
+
+def only(labels: Sequence[Role | None], kind: str) -> list[Role | None]:
+    return [lab if lab is not None and lab[0] == kind else None for lab in labels]
+
+
 def _dedupe(grids: Sequence[Grid | None]) -> list[Grid]:
     out: list[Grid] = []
     for g in grids:
@@ -296,10 +334,18 @@ def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
         return handle_replicated(ctx, inst)
     gd = GatherDims.of(inst)
     op_dims = inst.operands[0].shape.dims
+    n = ctx.num_devices
+    from_op = grid_from(ctx.value(inst.operands[0]).sharding, gd.rank,
+                        gd.operand_labels(op_dims))
+    idx_s = ctx.value(inst.operands[1]).sharding
     grids = _dedupe([
-        grid_from(ctx.value(inst.operands[0]).sharding, gd.rank, gd.operand_labels(op_dims)),
-        grid_from(ctx.value(inst.operands[1]).sharding, gd.idx_rank, gd.index_labels()),
+        from_op,
+        grid_from(idx_s, gd.idx_rank, gd.index_labels()),
         grid_from(target, gd.out_rank, gd.output_labels(op_dims)),
+        # The operand's layout with the indices' own batch sharding on its replicas.
+        combine(from_op, grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index")), n),
+        combine(from_op, grid_from(target, gd.out_rank,
+                                   only(gd.output_labels(op_dims), "index")), n),
     ])
     cands: list[Callable[[], PValue]] = [
         (lambda g=g: _emit_gather(ctx, inst, gd, g, target)) for g in grids]
@@ -441,9 +487,16 @@ def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
         combiner = None
     combinable = combiner is not None
     norm_target = HloSharding.tuple([target] * n) if n > 1 else target
+    from_op = grid_from(ctx.value(inst.operands[0]).sharding, sd.rank,
+                        sd.operand_labels(op_dims, upd_dims))
+    n_dev = ctx.num_devices
     srcs = [
-        grid_from(ctx.value(inst.operands[0]).sharding, sd.rank,
-                  sd.operand_labels(op_dims, upd_dims)),
+        from_op,
+        combine(from_op, grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
+                                   only(sd.index_labels(combinable), "index")), n_dev),
+        combine(from_op, grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
+                                   only(sd.update_labels(op_dims, upd_dims, combinable),
+                                        "index")), n_dev),
         grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
                   sd.index_labels(combinable)),
         grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
