@@ -2,8 +2,10 @@
 
 Each alternative is emitted into the computation being built; the one that communicates
 the fewest bytes per device (measured with ``collectives.cost``, the same model as
-``hlo_spmd.stats`` and the XLA comparison) wins, then the one with the smaller largest
-tensor. The losers are dead code, removed by the driver's dead-code pass. XLA makes the
+``hlo_spmd.stats`` and the XLA comparison) plus the bytes of its largest new tensor wins:
+communication and per-device memory weigh the same, so a strategy that saves a little
+traffic by materializing a whole operand on every device loses to one that keeps tensors
+small (ties: fewer communicated bytes). The losers are dead code, removed by the driver's dead-code pass. XLA makes the
 same kind of choice inside its gather / scatter / sort handlers by comparing estimated
 communication of its strategies.
 """
@@ -11,9 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import numpy as np
-
-from hlo_spmd.collectives.cost import collective_cost
+from hlo_spmd.collectives.cost import array_bytes, collective_cost
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.context import PartitionContext
@@ -21,8 +21,8 @@ from hlo_spmd.passes.partition.pvalue import PValue
 
 
 def cheapest(ctx: PartitionContext, candidates: Sequence[Callable[[], PValue]]) -> PValue:
-    """Emit every candidate and keep the one with the fewest communicated bytes per device
-    (then the smallest largest tensor). The others become dead code. A candidate returns
+    """Emit every candidate and keep the cheapest (module docstring). The others become
+    dead code. A candidate returns
     None when it does not apply."""
     comp = ctx.b.computation
     best, best_key = None, None
@@ -37,19 +37,20 @@ def cheapest(ctx: PartitionContext, candidates: Sequence[Callable[[], PValue]]) 
             c = collective_cost(inst, ctx.state.num_devices)
             if c is not None:
                 nbytes += c.bytes_per_device
-        peak = max((_elements(i.shape) for i in new), default=0)
-        key = (round(nbytes, 3), peak)
+        peak = max((array_bytes_of(i.shape) for i in new), default=0)
+        key = (round(nbytes + peak, 3), round(nbytes, 3))
         if best_key is None or key < best_key:
             best, best_key = pv, key
     return best
 
 
-def _elements(shape: Shape) -> int:
+def array_bytes_of(shape: Shape) -> int:
+    """The largest array in ``shape`` (a tuple's largest element), in bytes."""
     if shape.is_tuple:
-        return max((_elements(s) for s in shape.tuple_shapes), default=0)
+        return max((array_bytes_of(s) for s in shape.tuple_shapes), default=0)
     if not shape.is_array:
         return 0
-    return int(np.prod(shape.dims, dtype=np.int64))
+    return array_bytes(shape)
 
 
 def cheapest_or_replicated(ctx: PartitionContext, inst: Instruction,
