@@ -64,6 +64,9 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
                f"{result.module.instruction_count()} instructions"
                + (f", {len(fallbacks)} ops replicated (no partitioned handler)" if fallbacks else ""),
                err=True)
+    for name, target in result.report.unknown_custom_calls:
+        click.echo(f"  replicated: custom-call {name} (target {target!r} has no partitioning "
+                   "rule)", err=True)
 
 
 @cli.command()

@@ -53,6 +53,7 @@ PINNED = {
 }
 
 PINNED_CUSTOM_CALLS = {
+    "TopK": "sort.handle_topk",
     "Sharding": "basic._sharding_annotation",
     "SPMDFullToShardShape": "basic._full_to_shard",
     "SPMDShardToFullShape": "basic._shard_to_full",

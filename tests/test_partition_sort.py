@@ -38,7 +38,7 @@ def check(text, n, *, ties=False, vs_xla=True):
     result = partition(module, n, complete=True)
     out = result.module
     assert not [f for f in result.report.replicated_fallbacks
-                if f[1] in ("sort", "topk")], result.report.replicated_fallbacks
+                if f[1] in ("sort", "topk", "custom-call")], result.report.replicated_fallbacks
     inputs = None
     if ties:  # few distinct values: the tie order (lower index first) is checked too
         rng = np.random.RandomState(3)
@@ -108,3 +108,17 @@ def test_smallest_topk_over_sharded_last_dim():
                 "{devices=[2,1,4]<=[8] last_tile_dim_replicate}").replace("largest=true",
                                                                           "largest=false")
     check(text, 8, ties=True)
+
+
+@pytest.mark.parametrize("x_s,out_s", [
+    ("{devices=[1,8]<=[8]}", "{replicated}"),
+    ("{devices=[8,1]<=[8]}", "{devices=[8,1]<=[8]}")])
+def test_topk_custom_call_is_partitioned(x_s, out_s):
+    text = f"""HloModule m
+ENTRY %main (x: f32[8,64]) -> (f32[8,4], s32[8,4]) {{
+  %x = f32[8,64] parameter(0), sharding={x_s}
+  ROOT %t = (f32[8,4], s32[8,4]) custom-call(%x), custom_call_target="TopK", sharding={{{out_s}, {out_s}}}
+}}
+"""
+    out = check(text, 8, ties=True)
+    assert "all-to-all" not in {i.opcode for i in out.instructions()}

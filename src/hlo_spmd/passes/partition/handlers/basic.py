@@ -42,7 +42,10 @@ def handle_gte(ctx: PartitionContext, inst: Instruction) -> PValue:
 def custom_call_by_target(ctx: PartitionContext, inst: Instruction) -> PValue:
     """The rule registered for the custom-call's target; unknown targets are replicated
     (and reported as fallbacks). The ``custom-call`` handler itself lives in ``misc``."""
-    rule = CUSTOM_CALLS.get(inst.custom_call_target, handle_replicated)
+    rule = CUSTOM_CALLS.get(inst.custom_call_target)
+    if rule is None:
+        ctx.state.report.unknown_custom_calls.append((inst.name, inst.custom_call_target))
+        return handle_replicated(ctx, inst)
     return rule(ctx, inst)
 
 

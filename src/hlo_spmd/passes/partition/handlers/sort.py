@@ -9,7 +9,7 @@ Along an unsharded dim both run per tile with no communication. Along a sharded 
 * top-k (also over a sharded last dim) is a local top-k of every shard (padding masked to
   the losing extreme), its indices shifted to global positions, an all-gather of the k
   candidates per shard, and a final stable sort of the gathered candidates cut to k -- the
-  two-stage TopK of XLA's spmd_partitioner (the custom-call ``TopK`` and ``topk``). It
+  two-stage TopK of XLA's spmd_partitioner (``topk`` and the custom-call ``TopK``). It
   competes with moving the sharding (as for sort) and with the replicated fallback.
 
 Ties keep the lower global index first: candidates arrive in shard (= index) order, each
@@ -29,7 +29,7 @@ from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.local_dims import _common_leaf, _local, _sharded_dims
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.registry import handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import gather_groups, reshard
 from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate
 
@@ -95,13 +95,20 @@ def handle_sort(ctx: PartitionContext, inst: Instruction) -> PValue:
     return cheapest_or_replicated(ctx, inst, cands)
 
 
+def _k_largest(inst: Instruction) -> tuple[int, bool]:
+    """(k, largest) of a ``topk`` op or a ``TopK`` custom-call (k from its result; the
+    custom-call always selects the largest)."""
+    if inst.opcode == "topk":
+        return int(inst.attrs.k), bool(inst.attrs.largest)
+    return int(inst.shape.tuple_shapes[0].dims[-1]), True
+
+
 def _two_stage_topk(ctx: PartitionContext, inst: Instruction, src: HloSharding,
                     leaf: HloSharding) -> PValue | None:
     b = ctx.b
     op = inst.operands[0]
     last = op.shape.rank - 1
-    k = int(inst.attrs.k)
-    largest = bool(inst.attrs.largest)
+    k, largest = _k_largest(inst)
     pv = ctx.value(op)
     x = pv.hlo
     if x.shape.dims[last] < k:
@@ -130,8 +137,15 @@ def _two_stage_topk(ctx: PartitionContext, inst: Instruction, src: HloSharding,
                    _normalized(inst, leaf))
 
 
+@handles_custom_call("TopK")
 @handles("topk")
 def handle_topk(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """``topk`` and the ``TopK`` custom-call (same meaning: top k of the last dim, values
+    and s32 indices)."""
+    if inst.opcode == "custom-call" and not (
+            len(inst.operands) == 1 and inst.shape.is_tuple
+            and len(inst.shape.tuple_shapes) == 2 and inst.operands[0].shape.rank >= 1):
+        return handle_replicated(ctx, inst)
     leaf = _common_leaf(ctx, inst, 2)
     op = inst.operands[0]
     last = op.shape.rank - 1
