@@ -43,6 +43,8 @@ EXPECTED_GENERATED = {
     "while_loop", "conditional", "elementwise_broadcast_reduce", "dot_variants",
     "shardy_mlp_2d", "shardy_transformer_layer_fwd", "shardy_uneven",
     "shard_map_partial_manual",
+    "embedding_vocab_sharded", "embedding_vocab_sharded_4", "gpt_train_step_tied",
+    "moe_gather_scatter", "argmax_sort_sharded", "topk_sharded", "take_along_axis",
 }
 EXPECTED_HANDWRITTEN = {
     "row_sharded_matmul", "elementwise_sharding_custom_call", "while_tuple_carry",
