@@ -178,6 +178,9 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
     status(top_causes_line(result.report), quiet)
     for w in result.warnings:
         status(f"warning: {w}", quiet)
+    for call in result.report["unknown_custom_calls"]:
+        status(f"  replicated: custom-call {call['instruction']} (target {call['target']!r} "
+               "has no partitioning rule)", quiet)
 
 
 @cli.command()

@@ -172,6 +172,21 @@ def test_partition_then_verify(tmp_path):
     assert "OK" in r.output
 
 
+def test_partition_names_unknown_custom_calls(tmp_path):
+    src = tmp_path / "m.hlo"
+    src.write_text("""HloModule m
+ENTRY %main (x: f32[8,4]) -> f32[8,4] {
+  %x = f32[8,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT %mystery = f32[8,4] custom-call(%x), custom_call_target="my_kernel", sharding={devices=[8,1]<=[8]}
+}
+""")
+    out = tmp_path / "p.hlo"
+    r = run("partition", str(src), "-o", str(out), "--complete")
+    assert r.exit_code == 0, r.output
+    assert "1 ops replicated" in r.output
+    assert "custom-call mystery (target 'my_kernel'" in r.output
+
+
 def test_partition_device_count_mismatch(tmp_path):
     out = tmp_path / "p.pb"
     r = run("partition", os.path.join(FIX, "mlp_dp.pb"), "-o", str(out), "-n", "4")

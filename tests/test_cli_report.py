@@ -57,6 +57,8 @@ def test_report_agrees_with_stats(tmp_path, path):
             assert e["from"] and e["to"] and e["from"] != e["to"]
         if e["cause"] != "user":
             assert e["for"], e
+        else:  # "user": the input's own collectives, copied (never one the partitioner made)
+            assert e["for"] == e["instruction"], e
     summary = report["summary"]
     assert summary["total_count"] == len(entries)
     assert sum(v["count"] for v in summary["by_cause"].values()) == len(entries)
@@ -87,13 +89,26 @@ def test_report_causes_on_known_programs(tmp_path):
 
 
 def test_full_rematerialization_is_a_warning(tmp_path):
-    _, rep, r = _partition(tmp_path, os.path.join(FIX, "gather_scatter.pb"))
+    """An op with no partitioned handler (a custom-call of an unknown target) makes its
+    sharded operand whole on every device: a warning naming the op and both shardings."""
+    src = tmp_path / "unknown_call.hlo"
+    src.write_text("""HloModule m, num_partitions=8
+
+ENTRY e {
+  p = f32[16,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  k = f32[16,4] custom-call(p), custom_call_target="my_kernel", sharding={devices=[8,1]<=[8]}
+  ROOT n = f32[16,4] negate(k), sharding={devices=[8,1]<=[8]}
+}
+""")
+    _, rep, r = _partition(tmp_path, str(src))
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning: full rematerialization")]
     assert len(warnings) == len(rep["full_rematerializations"]) >= 1
-    assert any("gather" in w and "{devices=[8,1]<=[8]} -> {replicated}" in w for w in warnings)
-    assert all(e["cause"] == "fallback" for e in rep["collectives"])
+    assert any("k (custom-call)" in w and "{devices=[8,1]<=[8]} -> {replicated}" in w
+               for w in warnings), warnings
+    assert rep["collectives"] and all(e["cause"] == "fallback" for e in rep["collectives"])
     assert {f["instruction"] for f in rep["replicated_fallbacks"]} >= \
         {e["for"] for e in rep["collectives"]}
+    assert rep["unknown_custom_calls"] == [{"instruction": "k", "target": "my_kernel"}]
     # no remat warning where nothing is made whole involuntarily
     _, rep, r = _partition(tmp_path, os.path.join(FIX, "mlp_2d_megatron.pb"))
     assert rep["full_rematerializations"] == [] and "warning" not in r.stderr

@@ -2,9 +2,9 @@
 
 XLA's partitioned module comes from jaxlib (after its spmd-partitioning pass); both are
 measured with the same cost model (hlo_spmd.stats). Fixtures whose main op belongs to a
-later issue (gather/scatter, sort, the pipeline) still run
-through the replicated fallback for those ops, and are listed with the reason (an
-expected failure that turns into a pass as soon as they are no worse than XLA).
+later issue still run through the replicated fallback for those ops, and are listed with
+the reason (an expected failure that turns into a pass as soon as they are no worse than
+XLA).
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
 
 # fixture -> why ours may move more bytes than XLA for now (ops of a later issue).
 LATER_ISSUE = {
-    "gather_scatter": "gather / scatter: no handler yet, replicated fallback",
     "shard_map_control_flow": "partially manual body: JAX's open Sharding custom-calls "
                               "(unspecified_dims) inside the manual region are resharded as "
                               "completed, XLA's partitioner keeps the x tiling through them",

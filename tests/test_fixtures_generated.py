@@ -45,6 +45,8 @@ EXPECTED_GENERATED = {
     "shard_map_partial_manual",
     "cnn_train_step", "cnn_train_step_4", "cnn_train_step_2", "conv_dilated",
     "conv_transposed", "conv_depthwise", "pooling_grad",
+    "embedding_vocab_sharded", "embedding_vocab_sharded_4", "gpt_train_step_tied",
+    "moe_gather_scatter", "argmax_sort_sharded", "topk_sharded", "take_along_axis",
 }
 EXPECTED_HANDWRITTEN = {
     "row_sharded_matmul", "elementwise_sharding_custom_call", "while_tuple_carry",

@@ -119,7 +119,8 @@ def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
     result = run_partition(module, num_partitions, complete=complete, options=options)
     report = build_report(result.module, result.report.causes, result.num_partitions,
-                          module, result.report.replicated_fallbacks)
+                          module, result.report.replicated_fallbacks,
+                          result.report.unknown_custom_calls)
     warnings = [r["message"] for r in report["full_rematerializations"]]
     return PartitionResult(result.module, result.num_partitions, report, warnings)
 

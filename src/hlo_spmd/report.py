@@ -103,7 +103,8 @@ def _find(module: Module) -> dict[tuple[str, str], Instruction]:
 
 
 def build_report(out: Module, causes: Any = None, num_devices: int | None = None,
-                 source: Module | None = None, fallbacks: list | None = None) -> dict:
+                 source: Module | None = None, fallbacks: list | None = None,
+                 unknown_custom_calls: list | None = None) -> dict:
     """The report dict of partitioned module ``out`` (see the module docstring)."""
     from hlo_spmd.passes.partition.causes import CAUSES
     from hlo_spmd.stats import module_stats
@@ -152,6 +153,8 @@ def build_report(out: Module, causes: Any = None, num_devices: int | None = None
         },
         "full_rematerializations": remats,
         "replicated_fallbacks": [{"instruction": n, "opcode": o} for n, o in (fallbacks or [])],
+        "unknown_custom_calls": [{"instruction": n, "target": t}
+                                 for n, t in (unknown_custom_calls or [])],
     }
 
 

@@ -84,6 +84,12 @@ class CauseLog:
         self.notes[id(inst)] = (inst, self.current)
         return inst
 
+    def inherit(self, new: "Instruction", old: "Instruction") -> None:
+        """``new`` replaces collective ``old`` (a tidy rewrite): it serves what ``old`` did."""
+        scope = self.lookup(old)
+        if scope is not None:
+            self.notes[id(new)] = (new, scope)
+
     def lookup(self, inst: "Instruction") -> Scope | None:
         got = self.notes.get(id(inst))
         return got[1] if got is not None and got[0] is inst else None

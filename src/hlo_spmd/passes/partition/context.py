@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 class PartitionReport:
     """What the partitioner did that a user may want to know."""
     replicated_fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (name, opcode)
+    # custom-calls whose target has no partitioning rule: (instruction name, target)
+    unknown_custom_calls: list[tuple[str, str]] = field(default_factory=list)
     unsharded_inputs: list[str] = field(default_factory=list)
     handler_of: dict[str, str] = field(default_factory=dict)
     causes: object = None  # causes.CauseLog: why each output collective exists

@@ -177,7 +177,7 @@ def partition_module(module: Module, num_partitions: int,
     for comp in out.computations:
         _remove_annotation_calls(comp)
         comp.remove_dead()
-    tidy_module(out, num_partitions)  # fewer bytes once every user is known
+    tidy_module(out, num_partitions, ctx.f.log)  # fewer bytes once every user is known
     out.remove_unreachable_computations()
     out.sort_computations()
     return out, state.report

@@ -1,6 +1,12 @@
-"""Handler table: opcode -> function(ctx, instruction) -> PValue.
+"""Handler table: opcode -> function(ctx, instruction) -> PValue, and custom-call target ->
+function for the ``custom-call`` handler.
 
-Handler modules register themselves with ``@handles(...)``; the driver imports them all.
+The table is strict: registering a second handler for an opcode (or custom-call target)
+is an error, so two modules cannot silently override each other depending on import
+order. Handler modules register themselves with ``@handles(...)``; the one list of
+handler families is ``hlo_spmd.passes.partition.handlers.FAMILIES`` (imported by the
+driver). XLA's counterpart is the per-opcode ``Handle*`` dispatch of
+``SpmdPartitioningVisitor``.
 """
 from __future__ import annotations
 
@@ -13,11 +19,39 @@ if TYPE_CHECKING:
 
 Handler = Callable[["PartitionContext", "Instruction"], "PValue"]
 HANDLERS: dict[str, Handler] = {}
+CUSTOM_CALL_HANDLERS: dict[str, Handler] = {}
+
+
+class DuplicateHandlerError(RuntimeError):
+    """A second handler registered for the same opcode or custom-call target (a bug)."""
+
+
+def _name(fn: Handler) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+
+
+def _register(table: dict[str, Handler], kind: str, keys: tuple[str, ...],
+              fn: Handler) -> None:
+    for key in keys:
+        old = table.get(key)
+        if old is not None and old is not fn:
+            raise DuplicateHandlerError(f"{kind} {key!r} already has handler {_name(old)}; "
+                                        f"refusing to register {_name(fn)}")
+    for key in keys:
+        table[key] = fn
 
 
 def handles(*opcodes: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``opcodes`` (once each)."""
     def register(fn: Handler) -> Handler:
-        for op in opcodes:
-            HANDLERS[op] = fn
+        _register(HANDLERS, "opcode", opcodes, fn)
+        return fn
+    return register
+
+
+def handles_custom_call(*targets: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function for custom-calls with these targets (once each)."""
+    def register(fn: Handler) -> Handler:
+        _register(CUSTOM_CALL_HANDLERS, "custom-call target", targets, fn)
         return fn
     return register

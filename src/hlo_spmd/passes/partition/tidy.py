@@ -36,11 +36,13 @@ from hlo_spmd.proto import hlo_pb2
 _ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
 
-def tidy_module(module: Module, num_devices: int) -> None:
-    """Apply every rewrite to every computation of ``module`` (in place)."""
-    rewrites = (lambda c: _reassociate_all_reduces(c),
+def tidy_module(module: Module, num_devices: int, causes=None) -> None:
+    """Apply every rewrite to every computation of ``module`` (in place). ``causes``
+    (the partitioner's CauseLog) learns that a new collective serves what it replaces."""
+    inherit = causes.inherit if causes is not None else (lambda new, old: None)
+    rewrites = (lambda c: _reassociate_all_reduces(c, inherit),
                 lambda c: _sink_slices_through_transposes(c),
-                lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices),
+                lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit),
                 lambda c: _fold_all_gather_own_slice(c, num_devices))
     for comp in list(module.computations):
         for rewrite in rewrites:
@@ -153,7 +155,7 @@ def _replace(comp: Computation, old: Instruction, new: Instruction) -> None:
 
 
 # -- rewrites ------------------------------------------------------------------------------------
-def _reassociate_all_reduces(comp: Computation) -> bool:
+def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -> bool:
     changed = False
     users = iter_operand_users(comp.instructions)
     for inst in list(comp.instructions):
@@ -176,6 +178,7 @@ def _reassociate_all_reduces(comp: Computation) -> bool:
                      _plain_attrs(inst), like=inst)
         merged = _new(comp, "all-reduce", [local], _collective_attrs(a, comp.module),
                       a.called_computations, like=a)
+        inherit(merged, a)
         _replace(comp, inst, merged)
         users.setdefault(id(merged), []).extend(users.get(id(inst), []))
         users[id(local)] = [merged]
@@ -231,7 +234,8 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
     return changed
 
 
-def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int) -> bool:
+def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
+                                        inherit=lambda new, old: None) -> bool:
     changed = False
     users = iter_operand_users(comp.instructions)
     for ar in list(comp.instructions):
@@ -249,6 +253,7 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int) -> 
         attrs = _collective_attrs(ar, comp.module)
         attrs.dimensions.append(d)
         rs = _new(comp, "reduce-scatter", [ar.operands[0]], attrs, ar.called_computations)
+        inherit(rs, ar)
         for ds in cuts:
             _replace(comp, ds, rs)
         changed = True

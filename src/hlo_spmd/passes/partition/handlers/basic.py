@@ -8,12 +8,12 @@ from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding
 
 
-@handles("constant", "iota", "rng-get-and-update-state")
+@handles("constant", "rng-get-and-update-state")
 def handle_full_then_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Materialize the whole value on every device, then cut this device's tile (no traffic)."""
     full = emit_like(ctx, inst, [], inst.shape)
@@ -40,9 +40,13 @@ def handle_gte(ctx: PartitionContext, inst: Instruction) -> PValue:
     return reshard(ctx, pv, ctx.sharding_of(inst))
 
 
-@handles("custom-call")
-def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
-    rule = CUSTOM_CALLS.get(inst.custom_call_target, handle_replicated)
+def custom_call_by_target(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """The rule registered for the custom-call's target; unknown targets are replicated
+    (and reported as fallbacks). The ``custom-call`` handler itself lives in ``misc``."""
+    rule = CUSTOM_CALLS.get(inst.custom_call_target)
+    if rule is None:
+        ctx.state.report.unknown_custom_calls.append((inst.name, inst.custom_call_target))
+        return handle_replicated(ctx, inst)
     return rule(ctx, inst)
 
 
@@ -118,7 +122,7 @@ def _identity(ctx: PartitionContext, inst: Instruction) -> PValue:
     return reshard(ctx, pv, inst.sharding) if inst.sharding is not None else pv
 
 
-CUSTOM_CALLS = {
+for _target, _rule in {
     "Sharding": _sharding_annotation,
     "SPMDFullToShardShape": _full_to_shard,
     "SPMDShardToFullShape": _shard_to_full,
@@ -127,7 +131,9 @@ CUSTOM_CALLS = {
     "xla.sdy.PropagationBarrier": _identity,
     "xla.sdy.GlobalToLocalShape": _global_to_local,
     "xla.sdy.LocalToGlobalShape": _local_to_global,
-}
+}.items():
+    handles_custom_call(_target)(_rule)
+CUSTOM_CALLS = CUSTOM_CALL_HANDLERS  # target -> rule, filled by every handler family
 
 
 @with_cause("fallback")

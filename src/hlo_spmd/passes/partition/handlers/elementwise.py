@@ -45,7 +45,8 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
     return best
 
 
-@handles(*sorted(ELEMENTWISE))
+# bitcast-convert between widths changes the rank; ``shapes`` handles it (same widths too).
+@handles(*sorted(ELEMENTWISE - {"bitcast-convert"}))
 def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = ctx.sharding_of(inst)
     if target.is_maximal:

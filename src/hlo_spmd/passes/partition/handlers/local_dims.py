@@ -1,17 +1,15 @@
 """Ops that act along some dims only: local whenever those dims are not sharded.
 
-sort along an unsharded dim, topk over an unsharded last dim: operands are resharded to
-the result's sharding and the op runs per tile, no communication. Anything else goes to
-the replicated fallback. (reduce-window lives in windows.py, with halo exchange.)
+Helpers for the ops that run per tile when their operating dims are not sharded
+(operands resharded to the result's sharding, no communication): ``sort`` (sort and
+top-k) uses them. reduce-window lives in ``windows`` (with halo exchange).
 """
 from __future__ import annotations
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding
 
 
@@ -45,19 +43,3 @@ def _local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloShard
     return PValue(emit_like(ctx, inst, operands, local), inst.shape, result_sharding)
 
 
-@handles("sort")
-def handle_sort(ctx: PartitionContext, inst: Instruction) -> PValue:
-    arrays = len(inst.operands)
-    leaf = _common_leaf(ctx, inst, arrays)
-    if leaf is None or inst.dimensions[0] in _sharded_dims(leaf):
-        return handle_replicated(ctx, inst)
-    return _local(ctx, inst, arrays, leaf)
-
-
-@handles("topk")
-def handle_topk(ctx: PartitionContext, inst: Instruction) -> PValue:
-    leaf = _common_leaf(ctx, inst, 2)
-    rank = inst.operands[0].shape.rank
-    if leaf is None or (rank - 1) in _sharded_dims(leaf):
-        return handle_replicated(ctx, inst)
-    return _local(ctx, inst, 1, leaf)

@@ -46,11 +46,11 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
-from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS
+from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS, custom_call_by_target
 from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.handlers.control_flow import normalize
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.registry import HANDLERS, handles
+from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding
 
@@ -202,9 +202,6 @@ def handle_feed(ctx: PartitionContext, inst: Instruction) -> PValue:
     return _replicated_effect(ctx, inst)
 
 
-_base_custom_call = HANDLERS.get("custom-call")
-
-
 @handles("custom-call")
 def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Side-effecting custom-calls without a rule of their own keep replicated semantics and
@@ -213,7 +210,7 @@ def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
     if (inst.attrs.custom_call_has_side_effect and inst.custom_call_target not in CUSTOM_CALLS
             and ctx.sharding_of(inst).is_maximal):
         return run_on_single_device(ctx, inst, ctx.sharding_of(inst).device)
-    return _base_custom_call(ctx, inst)
+    return custom_call_by_target(ctx, inst)
 
 
 # -- collectives in the input -----------------------------------------------------------------

@@ -14,7 +14,6 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers import slicing  # noqa: F401  (registers its handlers)
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
@@ -178,12 +177,21 @@ def _scalar_starts(inst: Instruction, first: int) -> bool:
 @handles("dynamic-slice")
 def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Sliced dims are computed whole (operand replicated there), then cut locally;
-    dims kept at full size stay tiled."""
+    dims kept at full size stay tiled. A short slice of one sharded dim may instead be
+    summed from the tiles (``dynamic_window``), whichever costs less."""
     target = compute_sharding(ctx, inst)
     operand = inst.operands[0]
-    rank = operand.shape.rank
     if not _scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
         return _fallback(ctx, inst)
+    from hlo_spmd.passes.partition.handlers.dynamic_window import dynamic_slice_or
+
+    return dynamic_slice_or(ctx, inst, target, lambda: _dynamic_slice_whole(ctx, inst, target))
+
+
+def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,
+                         target: HloSharding) -> PValue:
+    operand = inst.operands[0]
+    rank = operand.shape.rank
     sizes = list(inst.attrs.dynamic_slice_sizes)
     tiles = tiles_of(target, rank)
     sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]

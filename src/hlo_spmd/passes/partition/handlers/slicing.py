@@ -330,8 +330,10 @@ def handle_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     identity = [d for d, c in enumerate(cfg)
                 if c.start == 0 and c.stride == 1 and c.limit == operand.shape.dims[d]]
     moving = [d for d in range(inst.shape.rank) if d not in identity]
-    return _through(ctx, inst, target, moving, identity,
-                    lambda s: _slice_cost(ctx, inst, s), _slice_emit)
+    from hlo_spmd.passes.partition.handlers.rotate import shift_or  # pipeline shifts
+
+    return shift_or(ctx, inst, target, lambda: _through(
+        ctx, inst, target, moving, identity, lambda s: _slice_cost(ctx, inst, s), _slice_emit))
 
 
 # -- pad ------------------------------------------------------------------------------------
@@ -507,8 +509,10 @@ def handle_concatenate(ctx: PartitionContext, inst: Instruction) -> PValue:
         return _fallback(ctx, inst)
     dim = inst.dimensions[0]
     identity = [d for d in range(inst.shape.rank) if d != dim]
-    return _through(ctx, inst, target, [dim], identity,
-                    lambda s: _concat_cost(ctx, inst, s), _concat_emit)
+    from hlo_spmd.passes.partition.handlers.rotate import rotate_or  # pipeline rotations
+
+    return rotate_or(ctx, inst, target, lambda: _through(
+        ctx, inst, target, [dim], identity, lambda s: _concat_cost(ctx, inst, s), _concat_emit))
 
 
 # -- reverse --------------------------------------------------------------------------------

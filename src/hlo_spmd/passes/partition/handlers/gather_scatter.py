@@ -1,0 +1,514 @@
+"""gather and scatter without replicating the operand (XLA's
+``SpmdPartitioningVisitor::HandleGather`` / ``HandleScatter`` and the strategies of
+gather_scatter_utils.cc / spmd_partitioner_util.cc).
+
+A strategy is a *device grid*: one array of logical devices whose axes each carry a role
+that ties dims of the operand, the indices, the updates and the result together:
+
+* ``pass``     an operand dim that is not indexed and taken whole (operand passthrough):
+               the result's matching offset dim (gather) or the updates' window dim
+               (scatter) is tiled along the same devices;
+* ``batch``    an explicit batching dim (operand_batching_dims / start_indices_batching_dims)
+               with the indices' and the result's matching dims (index-parallel);
+* ``index``    an indices batch dim (index passthrough): the operand is whole along this
+               axis; a gather result is tiled like the indices, a scatter combines the
+               partial results (add / max / min only);
+* ``triv``     an indexed operand dim with slice size 1 (the trivially sliced operand, a
+               vocab-sharded table): each device keeps its rows. Gather shifts the indices by
+               the shard's start, masks rows owned elsewhere and all-reduces; scatter shifts
+               the indices so updates for other shards fall out of bounds and are dropped,
+               exactly as the unpartitioned scatter drops out-of-bounds windows;
+* replication  everything else: whole on those devices.
+
+Candidate grids are read off the current shardings of the operand, the indices (and
+updates) and off the wanted result sharding; each is emitted and costed in communicated
+bytes per device with the project's one cost model (``choose``), the cheapest is kept. Duplicate indices in an overwriting scatter keep
+XLA's semantics because every update of a row is applied on the devices that own the row,
+in the original order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.partition.causes import with_cause
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
+from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate_all_except
+
+PRED = PrimitiveType.PRED
+
+# A role: (kind, {array name: dim}). Arrays: "op" operand(s), "idx" indices, "upd" updates,
+# "out" result. "triv" has op and (scatter) out; "index" has idx, upd/out.
+Role = tuple[str, tuple[tuple[str, int], ...]]
+
+
+@dataclass
+class Grid:
+    """Logical devices ``arr`` (one axis per entry of ``roles``; role None = replicated)."""
+    arr: np.ndarray
+    roles: list[Role | None]
+
+    def sharding_for(self, array: str, rank: int) -> HloSharding:
+        """The sharding of ``array`` (of ``rank`` dims) implied by this grid."""
+        by_dim: dict[int, int] = {}
+        for a, role in enumerate(self.roles):
+            if role is not None and self.arr.shape[a] > 1:
+                dims = dict(role[1])
+                if array in dims:
+                    by_dim[dims[array]] = a
+        order = [by_dim[d] for d in range(rank) if d in by_dim]
+        rest = [a for a in range(self.arr.ndim) if a not in order]
+        moved = np.transpose(self.arr, order + rest)
+        tiles = [self.arr.shape[by_dim[d]] if d in by_dim else 1 for d in range(rank)]
+        rep = int(np.prod([self.arr.shape[a] for a in rest], dtype=np.int64))
+        if not by_dim:
+            return HloSharding.replicate()
+        if rep == 1:
+            return HloSharding.tile(moved.reshape(tiles))
+        return HloSharding.partial_tile(moved.reshape(tiles + [rep]))
+
+    def axes(self, kind: str) -> list[int]:
+        return [a for a, r in enumerate(self.roles)
+                if r is not None and r[0] == kind and self.arr.shape[a] > 1]
+
+    def groups(self, axes: Sequence[int]) -> np.ndarray:
+        """Device groups ``[k, m]`` differing only along ``axes``."""
+        size = int(np.prod([self.arr.shape[a] for a in axes], dtype=np.int64))
+        rest = [a for a in range(self.arr.ndim) if a not in axes]
+        return np.transpose(self.arr, rest + list(axes)).reshape(-1, size)
+
+
+def grid_from(s: HloSharding, rank: int, labels: Sequence[Role | None]) -> Grid | None:
+    """The grid of sharding ``s`` of a rank-``rank`` array whose dim d plays ``labels[d]``
+    (dims without a role are made whole first)."""
+    if s.is_replicated:
+        return None
+    if not s.is_tiled or s.subgroup_types or s.is_manual:
+        return None
+    keep = [d for d in range(rank) if labels[d] is not None]
+    s = partial_replicate_all_except(s, keep)
+    if not s.is_tiled:
+        return None
+    arr = s.tile_assignment.array()
+    roles: list[Role | None] = [labels[d] if arr.shape[d] > 1 else None for d in range(rank)]
+    roles += [None] * (arr.ndim - rank)
+    if all(r is None for r in roles):
+        return None
+    return Grid(arr, roles)
+
+
+def _coords(grid: Grid, n: int) -> tuple[np.ndarray, list[int], list[Role | None]]:
+    """[n, k] tile coordinates of every logical device along the grid's role axes."""
+    axes = [a for a, r in enumerate(grid.roles) if r is not None]
+    idx = np.stack(np.unravel_index(np.arange(grid.arr.size), grid.arr.shape), axis=1)
+    out = np.zeros((n, len(axes)), dtype=np.int64)
+    out[grid.arr.ravel()] = idx[:, axes]
+    return out, [grid.arr.shape[a] for a in axes], [grid.roles[a] for a in axes]
+
+
+def combine(first: Grid | None, second: Grid | None, n: int) -> Grid | None:
+    """One grid with the role axes of both (the second's roles must be new ones), when the
+    two shardings' device layouts are independent: every combination of coordinates is
+    held by the same number of devices. Vectorized over devices."""
+    if first is None or second is None:
+        return None
+    c1, t1, r1 = _coords(first, n)
+    c2, t2, r2 = _coords(second, n)
+    kinds1 = {tuple(sorted(dict(r[1]).items())) for r in r1}
+    if any(tuple(sorted(dict(r[1]).items())) in kinds1 for r in r2):
+        return None
+    sizes = t1 + t2
+    total = int(np.prod(sizes, dtype=np.int64))
+    if total <= 1 or n % total:
+        return None
+    key = np.ravel_multi_index(tuple(np.concatenate([c1, c2], axis=1).T), sizes) \
+        if sizes else np.zeros(n, np.int64)
+    rep = n // total
+    if not np.all(np.bincount(key, minlength=total) == rep):
+        return None
+    order = np.lexsort((np.arange(n), key))
+    arr = order.reshape(sizes + [rep])
+    return Grid(arr, list(r1) + list(r2) + [None])
+
+
+def only(labels: Sequence[Role | None], kind: str) -> list[Role | None]:
+    return [lab if lab is not None and lab[0] == kind else None for lab in labels]
+
+
+def _dedupe(grids: Sequence[Grid | None]) -> list[Grid]:
+    out: list[Grid] = []
+    for g in grids:
+        if g is None:
+            continue
+        if any(o.arr.shape == g.arr.shape and np.array_equal(o.arr, g.arr) and o.roles == g.roles
+               for o in out):
+            continue
+        out.append(g)
+    return out
+
+
+def _plain(ctx: PartitionContext, inst: Instruction, k: int) -> bool:
+    """Whether operand ``k``'s current sharding is one the grid strategies understand."""
+    s = ctx.value(inst.operands[k]).sharding
+    return not (s.is_tuple or s.is_manual or s.is_maximal or s.subgroup_types)
+
+
+def _wanted(ctx: PartitionContext, inst: Instruction) -> HloSharding | None:
+    s = ctx.sharding_of(inst)
+    if s.is_tuple:
+        leaves = list(s.tuple_elements)
+        if any(l != leaves[0] for l in leaves):
+            return None
+        s = leaves[0]
+    if s.is_manual or s.is_maximal or s.subgroup_types:
+        return None
+    return s
+
+
+# -- indices arithmetic -----------------------------------------------------------------------
+def _index_parts(ctx: PartitionContext, idx: Instruction, ivd: int, count: int) -> list[Instruction]:
+    """The ``count`` components of the index vector, each of the indices' batch shape."""
+    b = ctx.b
+    if ivd == idx.shape.rank:
+        return [idx]
+    dims = list(idx.shape.dims)
+    out = []
+    for k in range(count):
+        lo = [0] * len(dims)
+        hi = list(dims)
+        lo[ivd], hi[ivd] = k, k + 1
+        part = b.slice(idx, lo, hi, [1] * len(dims))
+        out.append(b.reshape(part, [d for i, d in enumerate(dims) if i != ivd]))
+    return out
+
+
+def _join_parts(ctx: PartitionContext, parts: list[Instruction], ivd: int, rank: int) -> Instruction:
+    if ivd == rank:
+        return parts[0]
+    b = ctx.b
+    shaped = []
+    for p in parts:
+        dims = list(p.shape.dims)
+        shaped.append(b.reshape(p, dims[:ivd] + [1] + dims[ivd:]))
+    return shaped[0] if len(shaped) == 1 else b.concatenate(shaped, ivd)
+
+
+def _shard_start(ctx: PartitionContext, s: HloSharding, dims, dim: int, like: Instruction) -> Instruction:
+    """This device's start offset along ``dim`` of sharding ``s``, in ``like``'s type."""
+    table = device_offsets(s, dims, num_devices=ctx.num_devices)[:, dim]
+    off = ctx.logical_table(table)
+    et = like.shape.element_type
+    return off if et == PrimitiveType.S32 else ctx.b.convert(off, et)
+
+
+def _bcast(ctx: PartitionContext, x: Instruction, like: Instruction) -> Instruction:
+    return ctx.b.broadcast(x, list(like.shape.dims), []) if like.shape.rank else x
+
+
+def _combine_op(et: PrimitiveType) -> str:
+    return "or" if et == PRED else "add"
+
+
+# -- gather -----------------------------------------------------------------------------------
+@dataclass
+class GatherDims:
+    rank: int                 # operand rank
+    idx_rank: int
+    out_rank: int
+    ivd: int
+    offset_of: dict[int, int]     # operand window dim -> output offset dim
+    batch_out: dict[int, int]     # indices batch dim -> output batch dim
+    batching: dict[int, int]      # operand batching dim -> indices batching dim
+    index_map: list[int]          # start_index_map
+    sizes: list[int]
+
+    @classmethod
+    def of(cls, inst: Instruction) -> "GatherDims":
+        g = inst.attrs.gather_dimension_numbers
+        op, idx = inst.operands[0].shape, inst.operands[1].shape
+        collapsed, obatch = set(g.collapsed_slice_dims), list(g.operand_batching_dims)
+        window = [d for d in range(op.rank) if d not in collapsed and d not in obatch]
+        offset = list(g.offset_dims)
+        out_rank = inst.shape.rank
+        out_batch = [q for q in range(out_rank) if q not in set(offset)]
+        idx_batch = [j for j in range(idx.rank) if j != g.index_vector_dim]
+        return cls(op.rank, idx.rank, out_rank, g.index_vector_dim, dict(zip(window, offset)),
+                   dict(zip(idx_batch, out_batch)),
+                   dict(zip(obatch, g.start_indices_batching_dims)), list(g.start_index_map),
+                   list(inst.attrs.gather_slice_sizes))
+
+    def operand_labels(self, op_dims) -> list[Role | None]:
+        idx_of_batch = self.batching
+        out = []
+        for p in range(self.rank):
+            if p in idx_of_batch:
+                j = idx_of_batch[p]
+                out.append(("batch", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
+            elif p in self.offset_of and p not in self.index_map and self.sizes[p] == op_dims[p]:
+                out.append(("pass", (("op", p), ("out", self.offset_of[p]))))
+            elif p in self.index_map and self.sizes[p] == 1:
+                out.append(("triv", (("op", p),)))
+            else:
+                out.append(None)
+        return out
+
+    def index_labels(self) -> list[Role | None]:
+        op_of = {j: p for p, j in self.batching.items()}
+        out = []
+        for j in range(self.idx_rank):
+            if j == self.ivd:
+                out.append(None)
+            elif j in op_of:
+                out.append(("batch", (("op", op_of[j]), ("idx", j), ("out", self.batch_out[j]))))
+            else:
+                out.append(("index", (("idx", j), ("out", self.batch_out[j]))))
+        return out
+
+    def output_labels(self, op_dims) -> list[Role | None]:
+        by_out: dict[int, Role | None] = {}
+        for lab in self.operand_labels(op_dims) + self.index_labels():
+            if lab is not None and lab[0] != "triv":
+                by_out[dict(lab[1])["out"]] = lab
+        return [by_out.get(q) for q in range(self.out_rank)]
+
+
+@with_cause("reduction")
+def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
+                 target: HloSharding) -> PValue:
+    b = ctx.b
+    op_shape, idx_shape = inst.operands[0].shape, inst.operands[1].shape
+    op_s = grid.sharding_for("op", gd.rank)
+    idx_s = grid.sharding_for("idx", gd.idx_rank)
+    out_s = grid.sharding_for("out", gd.out_rank)
+    x = reshard(ctx, ctx.value(inst.operands[0]), op_s).hlo
+    idx = reshard(ctx, ctx.value(inst.operands[1]), idx_s).hlo
+    tiles = op_s.tile_dims_for_data(gd.rank) if op_s.is_tiled else (1,) * gd.rank
+    triv = [p for p in range(gd.rank) if p in gd.index_map and tiles[p] > 1]
+    mask = None
+    if triv:
+        parts = _index_parts(ctx, idx, gd.ivd, len(gd.index_map))
+        local_rows = x.shape.dims
+        for p in triv:
+            k = gd.index_map.index(p)
+            v = parts[k]
+            # The unpartitioned gather clamps the start into the operand: clamp first, then
+            # the row belongs to exactly one shard.
+            c = b.clamp(b.scalar(0, v), v, b.scalar(op_shape.dims[p] - 1, v))
+            start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
+            end = b.add(start, _bcast(ctx, b.scalar(local_rows[p], v), v))
+            ok = b.and_(b.compare(c, start, "GE"), b.compare(c, end, "LT"))
+            mask = ok if mask is None else b.and_(mask, ok)
+            parts[k] = b.subtract(c, start)
+        idx = _join_parts(ctx, parts, gd.ivd, idx_shape.rank)
+    attrs = copy_attrs(inst)
+    attrs.ClearField("gather_slice_sizes")
+    attrs.gather_slice_sizes.extend(
+        [x.shape.dims[p] if p in gd.offset_of and gd.sizes[p] == op_shape.dims[p] else gd.sizes[p]
+         for p in range(gd.rank)])
+    y = b.op("gather", [x, idx], attrs, name=inst.name)
+    if mask is not None:
+        batch_positions = [gd.batch_out[j] for j in sorted(gd.batch_out)]
+        m = b.broadcast(mask, list(y.shape.dims), batch_positions)
+        y = b.select(m, y, b.broadcast(b.scalar(0, y), list(y.shape.dims), []))
+        y = ctx.f.all_reduce(y, _combine_op(y.shape.element_type),
+                             grid.groups(grid.axes("triv")))
+    return reshard(ctx, PValue(y, inst.shape, out_s), target)
+
+
+@handles("gather")
+def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
+    target = _wanted(ctx, inst)
+    if (target is None or not _plain(ctx, inst, 0) or not _plain(ctx, inst, 1)
+            or any(d == 0 for s in (inst.shape, *[o.shape for o in inst.operands])
+                   for d in s.dims)):
+        return handle_replicated(ctx, inst)
+    gd = GatherDims.of(inst)
+    op_dims = inst.operands[0].shape.dims
+    n = ctx.num_devices
+    from_op = grid_from(ctx.value(inst.operands[0]).sharding, gd.rank,
+                        gd.operand_labels(op_dims))
+    idx_s = ctx.value(inst.operands[1]).sharding
+    grids = _dedupe([
+        from_op,
+        grid_from(idx_s, gd.idx_rank, gd.index_labels()),
+        grid_from(target, gd.out_rank, gd.output_labels(op_dims)),
+        # The operand's layout with the indices' own batch sharding on its replicas.
+        combine(from_op, grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index")), n),
+        combine(from_op, grid_from(target, gd.out_rank,
+                                   only(gd.output_labels(op_dims), "index")), n),
+    ])
+    cands: list[Callable[[], PValue]] = [
+        (lambda g=g: _emit_gather(ctx, inst, gd, g, target)) for g in grids]
+    cands.append(lambda: handle_replicated(ctx, inst))
+    return cheapest_or_replicated(ctx, inst, cands)
+
+
+# -- scatter ----------------------------------------------------------------------------------
+@dataclass
+class ScatterDims:
+    rank: int
+    idx_rank: int
+    upd_rank: int
+    ivd: int
+    window_of: dict[int, int]     # operand window dim -> updates window dim
+    scatter_upd: dict[int, int]   # indices batch dim -> updates scatter dim
+    batching: dict[int, int]      # operand batching dim -> indices batching dim
+    index_map: list[int]
+
+    @classmethod
+    def of(cls, inst: Instruction) -> "ScatterDims":
+        n = len(inst.operands) // 2
+        sd = inst.attrs.scatter_dimension_numbers
+        op, idx, upd = (inst.operands[0].shape, inst.operands[n].shape,
+                        inst.operands[n + 1].shape)
+        inserted, ibatch = set(sd.inserted_window_dims), list(sd.input_batching_dims)
+        window = [d for d in range(op.rank) if d not in inserted and d not in ibatch]
+        uwd = list(sd.update_window_dims)
+        upd_scatter = [u for u in range(upd.rank) if u not in set(uwd)]
+        idx_batch = [j for j in range(idx.rank) if j != sd.index_vector_dim]
+        return cls(op.rank, idx.rank, upd.rank, sd.index_vector_dim, dict(zip(window, uwd)),
+                   dict(zip(idx_batch, upd_scatter)),
+                   dict(zip(ibatch, sd.scatter_indices_batching_dims)),
+                   list(sd.scatter_dims_to_operand_dims))
+
+    def operand_labels(self, op_dims, upd_dims) -> list[Role | None]:
+        out = []
+        for p in range(self.rank):
+            if p in self.batching:
+                j = self.batching[p]
+                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
+                                      ("out", p))))
+            elif (p in self.window_of and p not in self.index_map
+                  and upd_dims[self.window_of[p]] == op_dims[p]):
+                out.append(("pass", (("op", p), ("upd", self.window_of[p]), ("out", p))))
+            elif p in self.index_map and (p not in self.window_of
+                                          or upd_dims[self.window_of[p]] == 1):
+                out.append(("triv", (("op", p), ("out", p))))
+            else:
+                out.append(None)
+        return out
+
+    def index_labels(self, combinable: bool) -> list[Role | None]:
+        op_of = {j: p for p, j in self.batching.items()}
+        out = []
+        for j in range(self.idx_rank):
+            if j == self.ivd:
+                out.append(None)
+            elif j in op_of:
+                p = op_of[j]
+                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
+                                      ("out", p))))
+            elif combinable:
+                out.append(("index", (("idx", j), ("upd", self.scatter_upd[j]))))
+            else:
+                out.append(None)
+        return out
+
+    def update_labels(self, op_dims, upd_dims, combinable: bool) -> list[Role | None]:
+        by_upd: dict[int, Role | None] = {}
+        for lab in self.operand_labels(op_dims, upd_dims) + self.index_labels(combinable):
+            if lab is not None and "upd" in dict(lab[1]):
+                by_upd[dict(lab[1])["upd"]] = lab
+        return [by_upd.get(u) for u in range(self.upd_rank)]
+
+
+# Combiners whose partial results (one per share of the updates) combine with an
+# all-reduce: add (shares scattered into zeros, then added to the operand) and the
+# idempotent ones (each share scattered into the operand itself).
+_COMBINABLE = {"add", "maximum", "minimum", "or", "and"}
+
+
+@with_cause("reduction")
+def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, grid: Grid,
+                  target: HloSharding, combiner: str | None) -> PValue:
+    b = ctx.b
+    n = len(inst.operands) // 2
+    op_shape, idx_shape = inst.operands[0].shape, inst.operands[n].shape
+    op_s = grid.sharding_for("op", sd.rank)
+    idx_s = grid.sharding_for("idx", sd.idx_rank)
+    upd_s = grid.sharding_for("upd", sd.upd_rank)
+    out_s = grid.sharding_for("out", sd.rank)
+    xs = [reshard(ctx, ctx.value(inst.operands[i]), op_s).hlo for i in range(n)]
+    idx = reshard(ctx, ctx.value(inst.operands[n]), idx_s).hlo
+    ups = [reshard(ctx, ctx.value(inst.operands[n + 1 + i]), upd_s).hlo for i in range(n)]
+    tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
+    triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
+    if triv:
+        # Indices relative to this shard: updates for rows elsewhere land out of bounds and
+        # are dropped, as out-of-bounds updates are in the unpartitioned scatter. (Rows
+        # past the end of the real data fall into this shard's padding: garbage anyway.)
+        parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
+        for p in triv:
+            k = sd.index_map.index(p)
+            v = parts[k]
+            start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
+            parts[k] = b.subtract(v, start)
+        idx = _join_parts(ctx, parts, sd.ivd, idx_shape.rank)
+    partial = bool(grid.axes("index"))
+    base = xs
+    if partial and combiner == "add":
+        # Each device scatters its share of the updates into zeros; the sum of the shares
+        # plus the operand is the result.
+        base = [b.broadcast(b.scalar(0, x), list(x.shape.dims), []) for x in xs]
+    local_shape = (Shape.tuple_of([x.shape for x in xs]) if n > 1 else xs[0].shape)
+    y = b.op("scatter", [*base, idx, *ups], copy_attrs(inst),
+             [ctx.clone(c) for c in inst.called_computations], declared=local_shape,
+             name=inst.name)
+    if partial:
+        y = ctx.f.all_reduce(y, combiner, grid.groups(grid.axes("index")))
+        if combiner == "add":
+            y = b.add(xs[0], y)
+    return reshard(ctx, PValue(y, inst.shape,
+                               HloSharding.tuple([out_s] * n) if n > 1 else out_s), target)
+
+
+@handles("scatter")
+def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
+    n = len(inst.operands) // 2
+    target = _wanted(ctx, inst)
+    if (target is None or any(not _plain(ctx, inst, k) for k in range(len(inst.operands)))
+            or any(d == 0 for o in inst.operands for d in o.shape.dims)):
+        return handle_replicated(ctx, inst)
+    sd = ScatterDims.of(inst)
+    op_dims = inst.operands[0].shape.dims
+    upd_dims = inst.operands[n + 1].shape.dims
+    opcode = reducer_opcode(inst.called_computations[0]) if n == 1 else None
+    combiner = opcode if opcode in _COMBINABLE else None
+    if combiner is not None and inst.shape.element_type == PRED and combiner == "add":
+        combiner = None
+    combinable = combiner is not None
+    norm_target = HloSharding.tuple([target] * n) if n > 1 else target
+    from_op = grid_from(ctx.value(inst.operands[0]).sharding, sd.rank,
+                        sd.operand_labels(op_dims, upd_dims))
+    n_dev = ctx.num_devices
+    srcs = [
+        from_op,
+        combine(from_op, grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
+                                   only(sd.index_labels(combinable), "index")), n_dev),
+        combine(from_op, grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
+                                   only(sd.update_labels(op_dims, upd_dims, combinable),
+                                        "index")), n_dev),
+        grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
+                  sd.index_labels(combinable)),
+        grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
+                  sd.update_labels(op_dims, upd_dims, combinable)),
+        grid_from(target, sd.rank, [lab if lab is None or lab[0] != "index" else None
+                                    for lab in sd.operand_labels(op_dims, upd_dims)]),
+    ]
+    cands: list[Callable[[], PValue]] = [
+        (lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner))
+        for g in _dedupe(srcs)]
+    cands.append(lambda: handle_replicated(ctx, inst))
+    return cheapest_or_replicated(ctx, inst, cands)

@@ -1,0 +1,168 @@
+"""Pipeline buffer moves on a sharded dim as collective-permutes (GSPMD paper 3.3 / 4.6).
+
+Two patterns over one array ``x`` and one dim ``d`` (result as long as ``x`` along d):
+
+* rotate: ``concatenate(slice(x)[s:D], slice(x)[0:s])`` -- result[i] = x[(i + s) mod D];
+* shift:  ``slice(pad(x, low=a, high=b))[c:c+D]``      -- result[i] = x[i + c - a], the pad
+  value where that falls outside x.
+
+With x tiled along d into t tiles of L rows (D = t*L), the tile k of the result is rows
+[r, L) of x's tile k+q and rows [0, r) of tile k+q+1 (q, r = divmod(shift, L)): at most
+two collective-permutes along d (one when r == 0 or q == 0), cyclic for a rotation;
+for a shift the tiles whose source lies outside x take the pad value. XLA recognises the
+same patterns (``SpmdPartitioningVisitor::HandleConcatenate`` rotate detection and
+``HandleSlice`` of a pad). The generic slice / concatenate path competes on bytes.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.causes import with_cause
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.handlers.choose import cheapest
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.sharding import HloSharding
+
+
+def _full_slice(inst: Instruction, skip: int) -> bool:
+    """A stride-1 slice taking every dim whole except ``skip``."""
+    src = inst.operands[0].shape.dims
+    for d, c in enumerate(inst.attrs.slice_dimensions):
+        if c.stride != 1:
+            return False
+        if d != skip and (c.start != 0 or c.limit != src[d]):
+            return False
+    return True
+
+
+def rotation_of(inst: Instruction) -> tuple[Instruction, int, int] | None:
+    """(x, dim, s) when ``inst`` is concatenate(x[s:D], x[0:s]) along dim."""
+    if inst.opcode != "concatenate" or len(inst.operands) != 2:
+        return None
+    d = inst.dimensions[0]
+    a, b = inst.operands
+    if a.opcode != "slice" or b.opcode != "slice" or a.operands[0] is not b.operands[0]:
+        return None
+    x = a.operands[0]
+    if not (_full_slice(a, d) and _full_slice(b, d)) or x.shape.dims[d] != inst.shape.dims[d]:
+        return None
+    ca, cb = a.attrs.slice_dimensions[d], b.attrs.slice_dimensions[d]
+    D = x.shape.dims[d]
+    if cb.start != 0 or ca.limit != D or ca.start != cb.limit:
+        return None
+    return x, d, int(ca.start)
+
+
+def shift_of(inst: Instruction) -> tuple[Instruction, int, int, Instruction] | None:
+    """(x, dim, s, pad value) when ``inst`` is slice(pad(x))[c:c+D] along one dim with
+    result[i] = x[i + s]."""
+    if inst.opcode != "slice" or inst.operands[0].opcode != "pad":
+        return None
+    pad = inst.operands[0]
+    x = pad.operands[0]
+    cfg = list(pad.attrs.padding_config.dimensions)
+    moved = [d for d, c in enumerate(cfg) if c.edge_padding_low or c.edge_padding_high
+             or c.interior_padding]
+    if len(moved) != 1:
+        return None
+    d = moved[0]
+    if cfg[d].interior_padding or not _full_slice(inst, d):
+        return None
+    c = inst.attrs.slice_dimensions[d]
+    if c.limit - c.start != x.shape.dims[d]:
+        return None
+    return x, d, int(c.start - cfg[d].edge_padding_low), pad.operands[1]
+
+
+def _eligible(s: HloSharding, shape, d: int) -> bool:
+    if not s.is_tiled or s.subgroup_types or s.is_manual:
+        return False
+    t = s.tile_dims_for_data(shape.rank)[d]
+    return t > 1 and shape.dims[d] % t == 0
+
+
+@with_cause("halo")
+def _permute(ctx: PartitionContext, x: Instruction, s: HloSharding, d: int, q: int,
+             cyclic: bool) -> Instruction:
+    """Every device receives the tile of the device ``q`` tiles further along ``d``."""
+    arr = s.tile_assignment.array()
+    t = arr.shape[d]
+    if q == 0 or (cyclic and q % t == 0):
+        return x
+    src = np.roll(arr, -q, axis=d)
+    pairs = np.stack([src.ravel(), arr.ravel()], axis=1)
+    if not cyclic:
+        k = np.arange(t)
+        ok = (k + q >= 0) & (k + q < t)
+        shape = [1] * arr.ndim
+        shape[d] = t
+        pairs = pairs[np.broadcast_to(ok.reshape(shape), arr.shape).ravel()]
+        if len(pairs) == 0:
+            return ctx.b.broadcast(ctx.b.scalar(0, x), list(x.shape.dims), [])
+    return ctx.f.collective_permute(x, pairs)
+
+
+def _rows(ctx: PartitionContext, x: Instruction, d: int, lo: int, hi: int) -> Instruction:
+    dims = list(x.shape.dims)
+    start = [0] * len(dims)
+    limit = list(dims)
+    start[d], limit[d] = lo, hi
+    return ctx.b.slice(x, start, limit, [1] * len(dims))
+
+
+def _source_valid(ctx: PartitionContext, s: HloSharding, d: int, q: int) -> Instruction:
+    """pred[]: whether tile k+q exists for this device's tile index k along ``d``."""
+    arr = s.tile_assignment.array()
+    t = arr.shape[d]
+    k = np.broadcast_to(np.arange(t).reshape([t if a == d else 1 for a in range(arr.ndim)]),
+                        arr.shape)
+    table = np.zeros(ctx.num_devices, dtype=np.int64)
+    table[arr.ravel()] = ((k + q >= 0) & (k + q < t)).ravel()
+    one = ctx.b.constant(np.int64(1), PrimitiveType.S32)
+    return ctx.b.compare(ctx.logical_table(table), one, "EQ")
+
+
+def _moved(ctx: PartitionContext, inst: Instruction, x_inst: Instruction, d: int, shift: int,
+           target: HloSharding, fill: Instruction | None) -> PValue | None:
+    """result[i] = x[i + shift] along d (cyclic when ``fill`` is None)."""
+    b = ctx.b
+    x = reshard(ctx, ctx.value(x_inst), target).hlo
+    L = x.shape.dims[d]
+    q, r = divmod(shift, L)
+    pieces = []
+    for qq, lo, hi in ((q, r, L), (q + 1, 0, r)):
+        if hi <= lo:
+            continue
+        part = _permute(ctx, _rows(ctx, x, d, lo, hi), target, d, qq, fill is None)
+        if fill is not None and qq != 0:
+            ok = b.broadcast(_source_valid(ctx, target, d, qq), list(part.shape.dims), [])
+            part = b.select(ok, part, b.broadcast(fill, list(part.shape.dims), []))
+        pieces.append(part)
+    y = pieces[0] if len(pieces) == 1 else b.concatenate(pieces, d)
+    return PValue(y, inst.shape, target)
+
+
+def rotate_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
+              generic: Callable[[], PValue]) -> PValue:
+    """The concatenate as a rotation when it is one (and cheaper), else ``generic``."""
+    rot = rotation_of(inst)
+    if rot is None or not _eligible(target, inst.shape, rot[1]):
+        return generic()
+    x, d, s = rot
+    return cheapest(ctx, [lambda: _moved(ctx, inst, x, d, s, target, None), generic])
+
+
+def shift_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
+             generic: Callable[[], PValue]) -> PValue:
+    """The slice of a pad as a shift when it is one (and cheaper), else ``generic``."""
+    sh = shift_of(inst)
+    if sh is None or not _eligible(target, inst.shape, sh[1]):
+        return generic()
+    x, d, s, pad_value = sh
+    fill = ctx.operand(inst.operands[0], 1, HloSharding.replicate())
+    return cheapest(ctx, [lambda: _moved(ctx, inst, x, d, s, target, fill), generic])
