@@ -25,9 +25,15 @@ def cheapest(ctx: PartitionContext, candidates: Sequence[Callable[[], PValue]]) 
     dead code. A candidate returns
     None when it does not apply."""
     comp = ctx.b.computation
-    best, best_key = None, None
+    # Each candidate starts from the reshard cache as it was: a reshard one candidate made
+    # must not look free to the next (and a loser's dead reshards must not be reused).
+    cache = ctx.state.reshard_cache
+    before = dict(cache)
+    best, best_key, best_cache = None, None, before
     for emit in candidates:
         start = len(comp.instructions)
+        cache.clear()
+        cache.update(before)
         pv = emit()
         if pv is None:
             continue
@@ -40,7 +46,9 @@ def cheapest(ctx: PartitionContext, candidates: Sequence[Callable[[], PValue]]) 
         peak = max((array_bytes_of(i.shape) for i in new), default=0)
         key = (round(nbytes + peak, 3), round(nbytes, 3))
         if best_key is None or key < best_key:
-            best, best_key = pv, key
+            best, best_key, best_cache = pv, key, dict(cache)
+    cache.clear()
+    cache.update(best_cache)
     return best
 
 
