@@ -100,8 +100,11 @@ def xla_pass_seconds(pb: Path, n: int) -> float:
 
 # --------------------------------------------------------------------------- ours
 
-def process_run(src: Path, n: int) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of ``hlo-spmd partition src -o out.pb -n n``."""
+def process_run(src: Path, n: int) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS MB) of ``hlo-spmd partition src -o out.pb -n n``.
+
+    CPU time (user + system of the child) is reported beside the wall time because
+    the machine may be shared: it moves much less with other load."""
     with tempfile.TemporaryDirectory(prefix="hlo-spmd-bench-") as d:
         out = Path(d) / "out.pb"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -121,11 +124,20 @@ def process_run(src: Path, n: int) -> tuple[float, float]:
         proc.stderr.close()
         if proc.returncode != 0:
             raise RuntimeError(f"hlo-spmd partition {src.name} failed: {err.strip()}")
-        return wall, usage.ru_maxrss / 1024.0
+        return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
 
 
 def stage_run(src: Path, n: int) -> dict[str, float]:
-    """Seconds of load / complete / partition / save in this process."""
+    """Seconds of load / complete / partition / save, in a fresh process (caches cold,
+    as in a real run)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src")] + sys.path))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = subprocess.run([sys.executable, __file__, "--stages-worker", str(src), str(n)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _stages_here(src: Path, n: int) -> dict[str, float]:
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.ir.io import load_module, save_module
     from hlo_spmd.ir.verifier import verify_module
@@ -204,13 +216,15 @@ def measure(label: str, src: Path, n: int, repeat: int, xla: bool) -> dict:
     for _ in range(repeat):
         if xla:
             row["xla"].append(xla_pass_seconds(src, n))
-        wall, rss = process_run(src, n)
+        wall, cpu, rss = process_run(src, n)
         row["process"].append(wall)
+        row.setdefault("process_cpu", []).append(cpu)
         row["rss_mb"].append(rss)
         row["stages"].append(stage_run(src, n))
     for k in ("load", "complete", "partition", "save"):
         row[k] = _med([s[k] for s in row["stages"]])
     row["process_s"] = _med(row["process"])
+    row["process_cpu_s"] = _med(row["process_cpu"])
     row["xla_s"] = _med(row["xla"])
     row["ratio"] = row["process_s"] / row["xla_s"] if row["xla"] else float("nan")
     row["peak_rss_mb"] = max(row["rss_mb"])
@@ -218,7 +232,7 @@ def measure(label: str, src: Path, n: int, repeat: int, xla: bool) -> dict:
 
 
 HEADER = ("| module | instr | devices | load s | complete s | partition s | save s | "
-          "process s | XLA passes s | ratio | peak RSS MB |\n"
+          "process s (cpu s) | XLA passes s | ratio | peak RSS MB |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -227,10 +241,14 @@ def fmt(r: dict) -> str:
     ratio = f"{r['ratio']:.1f}x" if r["xla"] else "-"
     return (f"| {r['module']} | {r['instructions']} | {r['devices']} | {r['load']:.2f} | "
             f"{r['complete']:.2f} | {r['partition']:.2f} | {r['save']:.2f} | "
-            f"{r['process_s']:.2f} | {x} | {ratio} | {r['peak_rss_mb']:.0f} |")
+            f"{r['process_s']:.2f} ({r['process_cpu_s']:.2f}) | {x} | {ratio} | {r['peak_rss_mb']:.0f} |")
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--stages-worker"]:
+        print(json.dumps(_stages_here(Path(argv[1]), int(argv[2]))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="7,28")
     ap.add_argument("--meshes", default="8,32,128,512,2048")
@@ -265,7 +283,8 @@ def main(argv=None) -> int:
             first = curve[0]
             for r in curve[1:]:
                 print(f"  {r['devices']} vs {first['devices']} devices: process "
-                      f"{r['process_s'] / first['process_s']:.2f}x, complete+partition "
+                      f"{r['process_s'] / first['process_s']:.2f}x (cpu "
+                      f"{r['process_cpu_s'] / first['process_cpu_s']:.2f}x), complete+partition "
                       f"{(r['complete'] + r['partition']) / (first['complete'] + first['partition']):.2f}x")
     if "big" not in skip and args.big:
         src = big_module(args.big)
