@@ -83,10 +83,29 @@ class Layout:
             self.replication * math.prod(self.tiles) == self.num_devices
 
 
+# One device table per distinct (sharding, device count, rank): the dot planner and the
+# routes ask for the same few layouts thousands of times. The cached arrays are made
+# read-only (every transform copies before it writes).
+_LAYOUTS: dict[tuple[HloSharding, int, int], "Layout | None"] = {}
+
+
 def layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     """The layout of a replicated or (partially replicated) tiled sharding over
     ``num_devices`` logical devices; None for anything else (manual / unreduced
     subgroups, maximal, tuples, a tile assignment over another device count)."""
+    key = (s, num_devices, rank)
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
+    lay = _layout_of(s, num_devices, rank)
+    if lay is not None:
+        lay.coords.flags.writeable = False
+    if len(_LAYOUTS) > 4096:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = lay
+    return lay
+
+
+def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     if s.is_tuple:
         return None
     if s.is_replicated:
