@@ -142,7 +142,14 @@ def _groups(keys: np.ndarray, member: np.ndarray, size: int) -> np.ndarray | Non
     id goes to the i-th group). None unless every (key, member) class has R devices."""
     n = keys.shape[0]
     if keys.shape[1]:
-        _, key_id = np.unique(keys, axis=0, return_inverse=True)
+        # Rows of small non-negative coordinates: one mixed-radix integer per row keeps
+        # their lexicographic order, and a 1-D unique is far cheaper than a row unique.
+        radix = keys.max(axis=0).astype(np.int64) + 1
+        if keys.min() >= 0 and float(np.prod(radix.astype(np.float64))) < 2.0 ** 62:
+            flat = np.ravel_multi_index(tuple(keys.T.astype(np.int64)), tuple(radix))
+            _, key_id = np.unique(flat, return_inverse=True)
+        else:
+            _, key_id = np.unique(keys, axis=0, return_inverse=True)
         key_id = key_id.reshape(-1).astype(np.int64)
     else:
         key_id = np.zeros(n, np.int64)
