@@ -5,7 +5,6 @@ import click
 
 from hlo_spmd.ir.io import load_module, save_module
 from hlo_spmd_cli.main import cli
-from hlo_spmd_cli.render import render_hlo
 
 
 @cli.command()
@@ -35,6 +34,7 @@ def show(src: str, computation: str | None, annotated_only: bool, instruction: s
          no_metadata: bool, color: bool | None) -> None:
     """Print a module in XLA's HLO syntax, highlighted, with every sharding shown."""
     from hlo_spmd.inspect import select_text
+    from hlo_spmd_cli.render import render_hlo  # rich: only the commands that render
 
     module = load_module(src)
     text = select_text(module, computation=computation, annotated_only=annotated_only,
