@@ -6,7 +6,6 @@ import click
 from hlo_spmd_cli.common import read_module as load_module
 from hlo_spmd_cli.common import label, status, write_module
 from hlo_spmd_cli.main import cli
-from hlo_spmd_cli.render import render_hlo
 
 _QUIET = click.option("-q", "--quiet", is_flag=True, help="No status lines on stderr.")
 _MESH = click.option("--mesh", default=None, metavar="AXES",
@@ -67,6 +66,7 @@ def show(src: str, computation: str | None, annotated_only: bool, instruction: s
     """Print a module in XLA's HLO syntax, highlighted, with every sharding shown (and in
     mesh-axis form when a mesh is known: --mesh, or the module's Shardy mesh)."""
     from hlo_spmd.inspect import select_text
+    from hlo_spmd_cli.render import render_hlo  # rich: only the commands that render
 
     module = load_module(src)
     if grid is not None:

@@ -19,6 +19,7 @@ algebra so its outputs stay small).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -36,6 +37,18 @@ def _prod(xs: Sequence[int]) -> int:
 def canonicalize_iota(reshape_dims: Sequence[int],
                       transpose_perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """XLA's canonical (reshape_dims, perm): no size-1 dims, no mergeable runs.
+
+    Memoised on the (int-tuple) spelling: propagation builds the same few tile
+    assignments hundreds of thousands of times on a large module.
+    """
+    return _canonicalize_iota(tuple(int(d) for d in reshape_dims),
+                              tuple(int(p) for p in transpose_perm))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _canonicalize_iota(reshape_dims: tuple[int, ...],
+                       transpose_perm: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The uncached canonicalisation (see :func:`canonicalize_iota`).
 
     Reshape dims that stay adjacent and in order after the transpose are one
     dim in disguise; merging them (and dropping 1s) gives a unique spelling,

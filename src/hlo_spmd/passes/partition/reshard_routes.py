@@ -85,10 +85,29 @@ class Layout:
             self.replication * math.prod(self.tiles) == self.num_devices
 
 
+# One device table per distinct (sharding, device count, rank): the dot planner and the
+# routes ask for the same few layouts thousands of times. The cached arrays are made
+# read-only (every transform copies before it writes).
+_LAYOUTS: dict[tuple[HloSharding, int, int], "Layout | None"] = {}
+
+
 def layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     """The layout of a replicated or (partially replicated) tiled sharding over
     ``num_devices`` logical devices; None for anything else (manual / unreduced
     subgroups, maximal, tuples, a tile assignment over another device count)."""
+    key = (s, num_devices, rank)
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
+    lay = _layout_of(s, num_devices, rank)
+    if lay is not None:
+        lay.coords.flags.writeable = False
+    if len(_LAYOUTS) > 4096:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = lay
+    return lay
+
+
+def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     if s.is_tuple:
         return None
     if s.is_replicated:
@@ -125,7 +144,14 @@ def _groups(keys: np.ndarray, member: np.ndarray, size: int) -> np.ndarray | Non
     id goes to the i-th group). None unless every (key, member) class has R devices."""
     n = keys.shape[0]
     if keys.shape[1]:
-        _, key_id = np.unique(keys, axis=0, return_inverse=True)
+        # Rows of small non-negative coordinates: one mixed-radix integer per row keeps
+        # their lexicographic order, and a 1-D unique is far cheaper than a row unique.
+        radix = keys.max(axis=0).astype(np.int64) + 1
+        if keys.min() >= 0 and float(np.prod(radix.astype(np.float64))) < 2.0 ** 62:
+            flat = np.ravel_multi_index(tuple(keys.T.astype(np.int64)), tuple(radix))
+            _, key_id = np.unique(flat, return_inverse=True)
+        else:
+            _, key_id = np.unique(keys, axis=0, return_inverse=True)
         key_id = key_id.reshape(-1).astype(np.int64)
     else:
         key_id = np.zeros(n, np.int64)

@@ -40,9 +40,9 @@ def opcode(inst: Instruction) -> str:
     propagating); old spellings map to XLA's.
     """
     op = inst.opcode
-    if op == "custom-call" and inst.custom_call_target == SHARDING:
-        return "copy"
-    return ALIASES.get(op, op)
+    if op == "custom-call":
+        return "copy" if inst.custom_call_target == SHARDING else op
+    return ALIASES.get(op, op) if op in ALIASES else op
 
 
 def is_custom_call(inst: Instruction, target: str) -> bool:

@@ -203,10 +203,29 @@ def required_leaves(shape: Shape) -> int:
     return max(1, leaf_count(shape))
 
 
+# Leaf offsets per tuple shape, keyed by identity (shapes are immutable; the entry keeps
+# the shape alive so its id cannot be reused): a wide tuple (a training step's root has
+# hundreds of elements) would otherwise be re-counted for every element it is asked about.
+_OFFSETS: dict[int, tuple[Shape, tuple[int, ...]]] = {}
+
+
+def _leaf_offsets(shape: Shape) -> tuple[int, ...]:
+    hit = _OFFSETS.get(id(shape))
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    offsets = [0]
+    for sub in shape.tuple_shapes:
+        offsets.append(offsets[-1] + leaf_count(sub))
+    if len(_OFFSETS) > 4096:
+        _OFFSETS.clear()
+    _OFFSETS[id(shape)] = (shape, tuple(offsets))
+    return _OFFSETS[id(shape)][1]
+
+
 def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
     """[start, end) of tuple element ``index``'s leaves in the flattened sharding."""
-    start = sum(leaf_count(s) for s in shape.tuple_shapes[:index])
-    return start, start + leaf_count(shape.tuple_shapes[index])
+    offsets = _leaf_offsets(shape)
+    return offsets[index], offsets[index + 1]
 
 
 def normalize_tuple(s: HloSharding, shape: Shape) -> HloSharding:

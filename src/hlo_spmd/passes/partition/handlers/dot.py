@@ -40,6 +40,11 @@ from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_paddi
 
 
 # -- entry point ---------------------------------------------------------------------------
+# One planner for the process: a plan depends only on its Problem (shapes, shardings,
+# device count), and a training step repeats the same few dot problems per layer.
+_PLANNER = Planner()
+
+
 @handles("dot")
 def handle_dot(ctx: PartitionContext, inst: Instruction) -> PValue:
     if len(inst.operands) != 2:  # sparse dots (metadata operands): whole-value fallback
@@ -85,7 +90,7 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
                       lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
                       (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
-    plan = Planner().plan(problem)
+    plan = _PLANNER.plan(problem)
     _record_plan(ctx, inst, plan)
     threshold = ctx.state.options.windowed_einsum_threshold_mib
     if threshold is not None and local_op is _local_dot:
