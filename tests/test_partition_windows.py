@@ -9,11 +9,12 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_spmd.collectives.cost import bytes_per_device  # noqa: E402
-from hlo_spmd.ir.io import module_bytes  # noqa: E402
+from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.passes.dot_conv_dims import WindowDim  # noqa: E402
 from hlo_spmd.passes.partition import partition  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
+from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
 
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
@@ -150,16 +151,18 @@ def _transposed(h, k, s, lo, hi, d, n, w=4):
     return text, wd, oh, gather
 
 
-def run_bytes(text: str, n: int) -> tuple[dict[str, int], float]:
-    """``run``, and the bytes per device the partitioned module sends."""
+def run_bytes(text: str, n: int) -> tuple[dict[str, int], float, float]:
+    """``run``, the bytes per device the partitioned module sends, and those XLA's own
+    partitioned module sends."""
     module = parse_module(text)
     original = module_bytes(module)
     result = partition(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, str(report)
     stats = module_stats(result.module, n)
+    xla = module_stats(load_module_bytes(xla_partitioned_module(original, n), "xla"), n)
     return {k: v.count for k, v in stats.collectives.items() if v.count}, \
-        stats.total_bytes_per_device
+        stats.total_bytes_per_device, xla.total_bytes_per_device
 
 
 @pytest.mark.parametrize("h,k,s,lo,hi,d,n", [
@@ -180,13 +183,14 @@ def run_bytes(text: str, n: int) -> tuple[dict[str, int], float]:
 def test_lhs_dilated_conv_other_cases_use_halos(h, k, s, lo, hi, d, n):
     """Base dilation d where output rows per tile x stride is not a multiple of d: tiles
     compute a few extra rows with one static window and cut theirs out; halos only, well
-    below an all-gather of the input's rows."""
+    below an all-gather of the input's rows, and no more than XLA sends."""
     text, wd, oh, gather = _transposed(h, k, s, lo, hi, d, n)
     per = -(-oh // n)
     assert (per * s) % d != 0                   # not the first (static padding) case
-    counts, sent = run_bytes(text, n)
+    counts, sent, xla = run_bytes(text, n)
     assert "all-gather" not in counts, counts
     assert sent < gather, (sent, gather)
+    assert sent <= xla + 1e-6, (sent, xla)
 
 
 def test_lhs_dilated_conv_two_sharded_spatial_dims():
@@ -194,8 +198,29 @@ def test_lhs_dilated_conv_two_sharded_spatial_dims():
     text = conv("2,8,6,4", "3,4,4,8", "2,17,9,8",
                 "size=3x4 stride=1x2 pad=2_2x2_3 lhs_dilate=2x3", "b01f_01io->b01f",
                 "{devices=[1,2,2,1]<=[4]}", R, "{devices=[1,2,2,1]<=[4]}")
-    counts, _ = run_bytes(text, 4)
+    counts, sent, xla = run_bytes(text, 4)
     assert "all-gather" not in counts, counts
+    assert sent <= xla + 1e-6, (sent, xla)
+
+
+@pytest.mark.parametrize("ls,os,n", [
+    ("{devices=[2,4,1,1]<=[8]}", "{devices=[2,4,1,1]<=[8]}", 8),      # batch x rows
+    ("{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}",
+     "{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}", 4),         # partially replicated
+    ("{devices=[1,4,1,1]<=[4]}", R, 4),        # result whole: gather the smaller input
+    ("{devices=[1,4,1,1]<=[4]}", "{devices=[1,1,1,4]<=[4]}", 4),       # result by feature
+    (R, "{devices=[1,4,1,1]<=[4]}", 4),        # input whole: windows cut locally
+])
+@pytest.mark.parametrize("window,h,oh", [
+    ("size=3x3 pad=2_2x1_1 lhs_dilate=2x1", 8, 17),                   # stride 1
+    ("size=5x3 stride=2x1 pad=1_4x1_1 lhs_dilate=3x1", 9, 13),        # stride 2, d 3
+])
+def test_lhs_dilated_conv_other_shardings(ls, os, n, window, h, oh):
+    k = window.split("=")[1][0]
+    text = conv(f"2,{h},4,4", f"{k},3,4,8", f"2,{oh},4,8", window, "b01f_01io->b01f",
+                ls, R, os)
+    _, sent, xla = run_bytes(text, n)
+    assert sent <= xla + 1e-6, (sent, xla)
 
 
 def test_lhs_dilated_conv_on_sharded_dim_is_correct():

@@ -42,7 +42,7 @@ from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (device_scalar, exchange_window, mask_outside,
-                                            tile_index_table)
+                                            plan_window, tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
@@ -154,13 +154,22 @@ def _halo_dims(dims: DotDims, lhs: PValue, target: HloSharding) -> list[tuple[in
         if not ref.is_tiled:
             continue
         tiles = data_tiles(ref, rank)
-        chosen = [x for x in cand if tiles[x[which]] > 1]
+        chosen = [x for x in cand if tiles[x[which]] > 1 and
+                  (which == 1 or _output_not_larger(dims.window[x[2]],
+                                                    int(lhs.base_shape.dims[x[0]])))]
         if chosen:
             return chosen
     return []
 
 
-def _window_need(w: WindowDim, size: int, t: int):
+def _output_not_larger(w: WindowDim, size: int) -> bool:
+    """A dim only the input tiles is partitioned with halos when the result it makes is
+    no larger than the input: the result is then resharded, and gathering a base-dilated
+    (up to ``d`` times larger) result would move more than gathering the input."""
+    return w.base_dilation == 1 or w.output_size(size) <= size
+
+
+def _window_need(w: WindowDim, size: int, t: int, cost=None):
     """(input start per output tile, input width, the per-tile window, extra output rows
     per tile): the input elements output tile k of ``t`` reads, and the one window (the
     same on every tile) that computes the tile from them, preceded by ``extra[k]`` output
@@ -177,7 +186,9 @@ def _window_need(w: WindowDim, size: int, t: int):
     tiles' phases differ and some compute a few extra rows: stride 1 takes the largest
     low padding any tile needs (XLA's second case), a non-unit stride a ``P`` that puts
     every tile's first row on the stride grid (XLA's third, extra window padding). The
-    ``P`` with the fewest extra rows, then the narrowest input window, wins."""
+    ``P`` whose windows are cheapest to exchange (``cost(starts, width)``, when given:
+    tiles out of phase may need a halo on one side only), then with the fewest extra
+    rows, then the narrowest input window, wins."""
     per = -(-w.output_size(size) // t)
     d, s = w.base_dilation, w.stride
     q = np.arange(t, dtype=np.int64) * per * s - w.padding_low
@@ -193,12 +204,14 @@ def _window_need(w: WindowDim, size: int, t: int):
         cand = np.arange(e_min, e_min + d, dtype=np.int64)            # one period of e
         ok = (q[:, None] + p - cand[None, :] * s) % d == 0
         if not ok.any(axis=1).all():
-            continue                                     # some tile has no such e
+            continue                                   # some tile has no such e
         extra = cand[np.argmax(ok, axis=1)]
         last = (int(extra.max()) + per - 1) * s - p + w.span - 1     # last position read
         if last < 0:
             continue
-        key = (int(extra.max()), last // d + 1, p)
+        count = last // d + 1
+        moved = cost((q + p - extra * s) // d, count) if cost is not None else ()
+        key = (moved, int(extra.max()), count, p)
         if best is None or key < best[0]:
             best = (key, p, extra, last)
     assert best is not None, (w, size, t)
@@ -276,7 +289,10 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     extras = []
     for (ld, od, i), t in zip(spatial, sizes):
         size = int(lhs.base_shape.dims[ld])
-        starts, width, window[i], extra = _window_need(window[i], size, t)
+        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], x.shape.dims[ld]
+        starts, width, window[i], extra = _window_need(
+            window[i], size, t,
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
         tidx = tile_index_table(ctx, lhs_outer, ld)
         x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
