@@ -8,10 +8,14 @@ import pytest
 
 pytest.importorskip("jax")
 
-from hlo_spmd.ir.io import module_bytes  # noqa: E402
+from hlo_spmd.collectives.cost import bytes_per_device  # noqa: E402
+from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
+from hlo_spmd.passes.dot_conv_dims import WindowDim  # noqa: E402
 from hlo_spmd.passes.partition import partition  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
+from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
+from hlo_spmd.stats import module_stats  # noqa: E402
 
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
 
@@ -131,6 +135,92 @@ def test_lhs_dilated_conv_case_one_is_halo_only(h, window, oh, n):
     ks = window.split("size=")[1].split(" ")[0].replace("x", ",")
     text = conv(f"2,{h},4,4", f"{ks},4,8", f"2,{oh},4,8", window, "b01f_01io->b01f", s, R, s)
     assert "all-gather" not in run(text, n)
+
+
+def _transposed(h, k, s, lo, hi, d, n, w=4):
+    """A transposed convolution (base dilation ``d``) over ``h`` rows sharded ``n`` ways,
+    with the bytes an all-gather of its input's rows would send per device."""
+    wd = WindowDim(k, s, lo, hi, 1, d)
+    oh = wd.output_size(h)
+    sh = f"{{devices=[1,{n},1,1]<=[{n}]}}"
+    window = f"size={k}x3 stride={s}x1 pad={lo}_{hi}x1_1 lhs_dilate={d}x1"
+    text = conv(f"2,{h},{w},4", f"{k},3,4,8", f"2,{oh},{w},8", window, "b01f_01io->b01f",
+                sh, R, sh)
+    rows = -(-h // n)
+    gather = bytes_per_device("all-gather", rows * 2 * w * 4 * 4, n * rows * 2 * w * 4 * 4, n)
+    return text, wd, oh, gather
+
+
+def run_bytes(text: str, n: int) -> tuple[dict[str, int], float, float]:
+    """``run``, the bytes per device the partitioned module sends, and those XLA's own
+    partitioned module sends."""
+    module = parse_module(text)
+    original = module_bytes(module)
+    result = partition(module, n, complete=True)
+    report = verify(original, module_bytes(result.module), n, poison_padding=True)
+    assert report.ok, str(report)
+    stats = module_stats(result.module, n)
+    xla = module_stats(load_module_bytes(xla_partitioned_module(original, n), "xla"), n)
+    return {k: v.count for k, v in stats.collectives.items() if v.count}, \
+        stats.total_bytes_per_device, xla.total_bytes_per_device
+
+
+@pytest.mark.parametrize("h,k,s,lo,hi,d,n", [
+    # stride 1: output rows per tile not a multiple of d (XLA's second case)
+    (8, 3, 1, 2, 2, 2, 4),     # 3x3 "SAME" transposed conv x2: 17 rows over 4
+    (9, 4, 1, 3, 3, 2, 8),     # uneven input shards (9 rows over 8)
+    (10, 3, 1, 0, 2, 4, 2),    # dilation 4, no low padding
+    (12, 5, 1, 4, 4, 3, 4),    # dilation 3, wide window
+    (6, 2, 1, 3, -1, 2, 4),    # negative high padding
+    # non-unit stride: output rows per tile x stride not a multiple of d (third case)
+    (12, 3, 2, -1, 1, 3, 8),   # negative low padding, 8 devices
+    (9, 5, 2, 1, 4, 3, 4),     # uneven shards
+    (11, 4, 3, 2, 1, 4, 2),    # stride 3, dilation 4
+    (10, 5, 3, 1, 0, 4, 4),
+    (13, 2, 2, -1, 4, 3, 4),   # uneven, window smaller than the dilation
+    (12, 4, 2, 1, 4, 4, 8),    # dilation 4 over 8 devices
+])
+def test_lhs_dilated_conv_other_cases_use_halos(h, k, s, lo, hi, d, n):
+    """Base dilation d where output rows per tile x stride is not a multiple of d: tiles
+    compute a few extra rows with one static window and cut theirs out; halos only, well
+    below an all-gather of the input's rows, and no more than XLA sends."""
+    text, wd, oh, gather = _transposed(h, k, s, lo, hi, d, n)
+    per = -(-oh // n)
+    assert (per * s) % d != 0                   # not the first (static padding) case
+    counts, sent, xla = run_bytes(text, n)
+    assert "all-gather" not in counts, counts
+    assert sent < gather, (sent, gather)
+    assert sent <= xla + 1e-6, (sent, xla)
+
+
+def test_lhs_dilated_conv_two_sharded_spatial_dims():
+    # Both spatial dims dilated and sharded 2 x 2, each with tiles out of phase.
+    text = conv("2,8,6,4", "3,4,4,8", "2,17,9,8",
+                "size=3x4 stride=1x2 pad=2_2x2_3 lhs_dilate=2x3", "b01f_01io->b01f",
+                "{devices=[1,2,2,1]<=[4]}", R, "{devices=[1,2,2,1]<=[4]}")
+    counts, sent, xla = run_bytes(text, 4)
+    assert "all-gather" not in counts, counts
+    assert sent <= xla + 1e-6, (sent, xla)
+
+
+@pytest.mark.parametrize("ls,os,n", [
+    ("{devices=[2,4,1,1]<=[8]}", "{devices=[2,4,1,1]<=[8]}", 8),      # batch x rows
+    ("{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}",
+     "{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}", 4),         # partially replicated
+    ("{devices=[1,4,1,1]<=[4]}", R, 4),        # result whole: gather the smaller input
+    ("{devices=[1,4,1,1]<=[4]}", "{devices=[1,1,1,4]<=[4]}", 4),       # result by feature
+    (R, "{devices=[1,4,1,1]<=[4]}", 4),        # input whole: windows cut locally
+])
+@pytest.mark.parametrize("window,h,oh", [
+    ("size=3x3 pad=2_2x1_1 lhs_dilate=2x1", 8, 17),                   # stride 1
+    ("size=5x3 stride=2x1 pad=1_4x1_1 lhs_dilate=3x1", 9, 13),        # stride 2, d 3
+])
+def test_lhs_dilated_conv_other_shardings(ls, os, n, window, h, oh):
+    k = window.split("=")[1][0]
+    text = conv(f"2,{h},4,4", f"{k},3,4,8", f"2,{oh},4,8", window, "b01f_01io->b01f",
+                ls, R, os)
+    _, sent, xla = run_bytes(text, n)
+    assert sent <= xla + 1e-6, (sent, xla)
 
 
 def test_lhs_dilated_conv_on_sharded_dim_is_correct():

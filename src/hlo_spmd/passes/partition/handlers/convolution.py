@@ -16,10 +16,12 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
   multi-hop when wider than a shard, or an all-gather when cheaper), out-of-range
   elements are zeroed, and the window runs with no padding on that dim; the rest is the
   dot planner's problem inside the groups. An input that holds such a dim whole cuts
-  its window locally. Base (lhs) dilation ``d``: when output rows per tile x stride is a
-  multiple of ``d`` every tile's window has the same static padding and is exchanged
-  the same way; XLA's two other base-dilation cases are not implemented (the dim is
-  gathered, reported in the fallback list).
+  its window locally. Base (lhs) dilation ``d`` (transposed convolutions): every tile
+  runs one static window (low padding ``P``) over input elements starting at a
+  per-tile element, computes ``e[k]`` extra leading output rows, and cuts its rows out
+  at ``e[k]`` (XLA's three cases: output rows per tile x stride a multiple of ``d``, so
+  ``e = 0``; stride 1 with the largest low padding any tile needs; a non-unit stride
+  with extra window padding -- here one search over ``P`` covers all three).
 * Windowed dims tiled on the kernel (the filter gradient jax.grad emits, whose "kernel"
   is the output gradient, sharded like the images): when all-reducing the small result
   moves fewer bytes than gathering the kernel and exchanging whole-dim windows, devices
@@ -34,11 +36,13 @@ from typing import Sequence
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape_inference import array_shape
 from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.halo import exchange_window, mask_outside, tile_index_table
+from hlo_spmd.passes.partition.halo import (device_scalar, exchange_window, mask_outside,
+                                            plan_window, tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
@@ -48,6 +52,7 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 
 LHS, RHS, OUT = 0, 1, 2
+S32 = PrimitiveType.S32
 
 
 @handles("convolution")
@@ -150,39 +155,83 @@ def _halo_dims(dims: DotDims, lhs: PValue, target: HloSharding) -> list[tuple[in
             continue
         tiles = data_tiles(ref, rank)
         chosen = [x for x in cand if tiles[x[which]] > 1 and
-                  _dilation_ok(dims.window[x[2]], int(lhs.base_shape.dims[x[0]]),
-                               tiles[x[which]])]
+                  (which == 1 or _output_not_larger(dims.window[x[2]],
+                                                    int(lhs.base_shape.dims[x[0]])))]
         if chosen:
             return chosen
     return []
 
 
-def _dilation_ok(w: WindowDim, size: int, t: int) -> bool:
-    """Base (lhs) dilation ``d`` on a windowed dim: every output tile's window starts at
-    the same offset from an input element when ``per * stride`` (``per`` = output tile
-    size) is a multiple of ``d``; then one static padding serves every tile. (XLA's two
-    other cases -- stride 1 with maximal low padding, non-unit stride with extra window
-    padding -- are not implemented: such dims are gathered, and reported.)"""
-    if w.base_dilation == 1:
-        return True
-    per = -(-w.output_size(size) // t)
-    return (per * w.stride) % w.base_dilation == 0
+def _output_not_larger(w: WindowDim, size: int) -> bool:
+    """A dim only the input tiles is partitioned with halos when the result it makes is
+    no larger than the input: the result is then resharded, and gathering a base-dilated
+    (up to ``d`` times larger) result would move more than gathering the input."""
+    return w.base_dilation == 1 or w.output_size(size) <= size
 
 
-def _window_need(w: WindowDim, size: int, t: int):
-    """(input start per output tile, input width, the per-tile window): the input
-    elements output tile k of ``t`` reads, and the window that computes the tile from
-    them (no padding beyond what base dilation needs, the same on every tile)."""
+def _window_need(w: WindowDim, size: int, t: int, cost=None):
+    """(input start per output tile, input width, the per-tile window, extra output rows
+    per tile): the input elements output tile k of ``t`` reads, and the one window (the
+    same on every tile) that computes the tile from them, preceded by ``extra[k]`` output
+    rows the tile drops.
+
+    Output row ``o`` reads dilated positions from ``o * stride - padding_low`` (input
+    element ``i`` sits at ``i * d``, ``d`` the base dilation), so tile k starts at
+    ``q[k] = k * per * stride - padding_low``. A tile running the window with static low
+    padding ``P`` from element ``f[k]`` produces, at local row ``e``, the global row
+    starting at ``f[k] * d - P + e * stride``; it needs ``f[k] * d + e[k] * stride =
+    q[k] + P`` and no input element hidden by the local padding (``P - e[k] * stride <
+    d``). Without base dilation ``P = 0, e = 0``. With it, when ``per * stride`` is a
+    multiple of ``d`` one ``P`` gives ``e = 0`` on every tile (XLA's first case); else the
+    tiles' phases differ and some compute a few extra rows: stride 1 takes the largest
+    low padding any tile needs (XLA's second case), a non-unit stride a ``P`` that puts
+    every tile's first row on the stride grid (XLA's third, extra window padding). The
+    ``P`` whose windows are cheapest to exchange (``cost(starts, width)``, when given:
+    tiles out of phase may need a halo on one side only), then with the fewest extra
+    rows, then the narrowest input window, wins."""
     per = -(-w.output_size(size) // t)
-    span = (per - 1) * w.stride + w.span if per > 0 else 0     # dilated positions read
-    q = np.arange(t, dtype=np.int64) * per * w.stride - w.padding_low
-    d = w.base_dilation
-    first = -(-q // d)                                          # first input element
-    low = int(first[0] * d - q[0])
-    count = max(0, (span - 1 - low) // d + 1) if span > 0 else 0
-    high = span - low - ((count - 1) * d + 1 if count > 0 else 0)
-    return first, count, WindowDim(w.size, w.stride, low, high, w.window_dilation, d,
-                                   w.window_reversal)
+    d, s = w.base_dilation, w.stride
+    q = np.arange(t, dtype=np.int64) * per * s - w.padding_low
+    if per == 0:
+        first = -(-q // d)
+        return first, 0, WindowDim(w.size, s, 0, 0, w.window_dilation, d,
+                                   w.window_reversal), np.zeros(t, np.int64)
+    best = None
+    # (P + stride, e + 1) is the same tiling with one more row on every tile, and any
+    # P >= d forces e >= 1: the best P is below max(d, stride).
+    for p in range(max(d, s)):
+        e_min = max(0, (p - d) // s + 1)
+        cand = np.arange(e_min, e_min + d, dtype=np.int64)            # one period of e
+        ok = (q[:, None] + p - cand[None, :] * s) % d == 0
+        if not ok.any(axis=1).all():
+            continue                                   # some tile has no such e
+        extra = cand[np.argmax(ok, axis=1)]
+        last = (int(extra.max()) + per - 1) * s - p + w.span - 1     # last position read
+        if last < 0:
+            continue
+        count = last // d + 1
+        moved = cost((q + p - extra * s) // d, count) if cost is not None else ()
+        key = (moved, int(extra.max()), count, p)
+        if best is None or key < best[0]:
+            best = (key, p, extra, last)
+    assert best is not None, (w, size, t)
+    _, p, extra, last = best
+    first = (q + p - extra * s) // d
+    count = last // d + 1
+    high = last - (count - 1) * d
+    return first, count, WindowDim(w.size, s, p, high, w.window_dilation, d,
+                                   w.window_reversal), extra
+
+
+def _drop_extra_rows(ctx: PartitionContext, x: Instruction, dim: int, extra: np.ndarray,
+                     tidx: np.ndarray) -> Instruction:
+    """The tile's output rows: skip the ``extra[k]`` leading rows tile k computed."""
+    zero = ctx.b.constant(np.int64(0), S32)
+    idx = [zero] * x.shape.rank
+    idx[dim] = device_scalar(ctx, extra, tidx)
+    sizes = list(x.shape.dims)
+    sizes[dim] -= int(extra.max())
+    return ctx.b.dynamic_slice(x, idx, sizes)
 
 
 def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
@@ -237,19 +286,29 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     window = list(dims.window)
     lshape = list(lhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
+    extras = []
     for (ld, od, i), t in zip(spatial, sizes):
         size = int(lhs.base_shape.dims[ld])
-        starts, width, window[i] = _window_need(window[i], size, t)
+        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], x.shape.dims[ld]
+        starts, width, window[i], extra = _window_need(
+            window[i], size, t,
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
         tidx = tile_index_table(ctx, lhs_outer, ld)
         x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
         lshape[ld] = width
+        if extra.any():
+            extras.append((od, extra, tidx))
     inner_dims = dims.with_window(window)
     inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
     li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
     ri = PValue(r.hlo, rhs.base_shape, inner_r)
     res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
-    out = PValue(res.hlo, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+    y = res.hlo
+    # Inside the groups the windowed output dims are whole: drop the extra leading rows.
+    for od, extra, tidx in extras:
+        y = _drop_extra_rows(ctx, y, od, extra, tidx)
+    out = PValue(y, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
     return ctx.reshard(out, target)
 
 
