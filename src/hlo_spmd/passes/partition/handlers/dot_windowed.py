@@ -31,7 +31,8 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.dot_dims import CONTRACTING, LHS_NC, RHS_NC, data_tiles
-from hlo_spmd.passes.partition.handlers.dot_plan import BasePlan, GroupPlan, Plan, Problem
+from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
+                                                       reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
 
 S32 = PrimitiveType.S32
@@ -43,6 +44,9 @@ def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Proble
                  threshold_mib: float, bidirectional: bool = False) -> PValue | None:
     """The windowed form of ``plan``, or None when it does not apply (then the plan is
     emitted as usual). The result has sharding ``plan.result``."""
+    if isinstance(plan, BasePlan) and plan.post == "reduce-scatter":
+        return _reduce_scatter_loop(ctx, inst, plan, p, lhs, rhs, out_shape, threshold_mib,
+                                    bidirectional)
     if not _no_reduction(plan):
         return None
     n = ctx.num_devices
@@ -177,6 +181,105 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
     for w, (sign, start, _) in zip(ws, streams):
         acc = step(ctx, o, w, acc, i, sign, start)
     return PValue(acc, out_shape, plan.result)
+
+
+def _reduce_scatter_loop(ctx: PartitionContext, inst: Instruction, plan: BasePlan,
+                         p: Problem, lhs: PValue, rhs: PValue, out_shape: Shape,
+                         threshold_mib: float, bidirectional: bool) -> PValue | None:
+    """The reduce-scatter form: instead of one local dot whose whole (unreduced) result
+    is then reduce-scattered over the ``k`` devices of each contracting group, the
+    device at position ``q`` of its group computes at step ``i`` only the partial dot of
+    output piece ``(q + i + 1) mod k`` (its operands sliced on the scatter dim), adds it
+    to the accumulator it received, and passes the accumulator to position ``q - 1``.
+    After ``k - 1`` permutes of one piece (the reduce-scatter's bytes) and ``k`` partial
+    dots, position ``q`` holds the full sum of piece ``q``: what the reduce-scatter gives
+    it. Bidirectional: each piece is split in two halves on the scatter dim, one summed
+    around the ring each way (half the bytes per link and round).
+
+    Applies when the contracting dims divide evenly (no padding to mask) and the scatter
+    dim's local size divides by ``k`` (no padding to add), and the unreduced local
+    result exceeds the threshold. None otherwise."""
+    from hlo_spmd.passes.partition.handlers.dot import _local_dot
+
+    d = p.dims
+    groups = reduction_groups_of(plan, d)  # [g, k] logical ids, position = piece index
+    k = int(groups.shape[1])
+    tiles = data_tiles(plan.t, d.iter_rank)
+    sizes = p.iter_sizes
+    if k < 2 or any(sizes[c] % tiles[c] for c in d.kind_iter(CONTRACTING)):
+        return None
+    dim = plan.scatter_dim
+    local = [-(-s // t) for s, t in zip(sizes[:d.out_rank], tiles[:d.out_rank])]
+    if local[dim] % k or math.prod(local) * p.ebytes[2] <= threshold_mib * 2 ** 20:
+        return None
+    halves = 2 if bidirectional and k >= 3 and (local[dim] // k) % 2 == 0 else 1
+    piece = local[dim] // k
+    sub = piece // halves
+    # Which dim of each operand carries the scatter dim (iteration dim ``dim``).
+    slice_dims = [d.tensor_iter(side).index(dim) if dim in d.tensor_iter(side) else None
+                  for side in (0, 1)]
+    l = ctx.reshard(lhs, plan.lhs_t).hlo
+    r = ctx.reshard(rhs, plan.rhs_t).hlo
+    pos = np.empty(ctx.num_devices, np.int64)
+    pos[groups.reshape(-1)] = np.tile(np.arange(k), groups.shape[0])
+    # Stream 0 sends position q to q - 1 and works on piece q + i + 1; stream 1 (the
+    # other half of every piece) sends q to q + 1 and works on piece q - i - 1.
+    streams = [(1, np.roll(groups, 1, axis=1)), (-1, np.roll(groups, -1, axis=1))][:halves]
+    streams = [(sign, np.stack([groups.reshape(-1), dst.reshape(-1)], axis=1))
+               for sign, dst in streams]
+    b = ctx.b
+    et = inst.shape.element_type
+
+    def step(bctx: PartitionContext, o: list[Instruction], acc: Instruction, i: Instruction,
+             sign: int, half: int) -> Instruction:
+        """``acc`` plus this device's partial dot of the piece for step ``i``."""
+        bb = bctx.b
+        c = lambda v: bb.constant(np.int64(v), S32)  # noqa: E731
+        me = bctx.logical_table(pos)
+        kk = bb.add(me, bb.add(i, c(1))) if sign > 0 else \
+            bb.add(bb.subtract(me, bb.add(i, c(1))), c(k))  # kept non-negative
+        kk = bb.remainder(kk, c(k))
+        off = bb.add(bb.multiply(kk, c(piece)), c(half * sub))
+        ops = []
+        for x, sd in zip(o, slice_dims):
+            if sd is not None:
+                starts = [c(0)] * x.shape.rank
+                starts[sd] = off
+                dims_ = list(x.shape.dims)
+                dims_[sd] = sub
+                x = bb.dynamic_slice(x, starts, dims_)
+            ops.append(x)
+        return bb.add(acc, _local_dot(bctx, inst, d, *ops))
+
+    acc_dims = list(local)
+    acc_dims[dim] = sub
+    acc0 = b.broadcast(b.constant(np.asarray(0), et), acc_dims, [])
+    zero = b.constant(np.int64(0), S32)
+    init = b.tuple([l, r, zero] + [acc0] * halves)
+    state = init.shape
+
+    body_b = b.new_computation(f"{inst.name}.windowed_rs_body")
+    bctx = ctx.for_computation(body_b)
+    param = body_b.parameter(0, state, name="state")
+    bl, br, i, *accs = (body_b.get_tuple_element(param, j) for j in range(3 + halves))
+    moved = [bctx.f.collective_permute(step(bctx, [bl, br], acc, i, sign, h), pairs)
+             for h, (acc, (sign, pairs)) in enumerate(zip(accs, streams))]
+    i_next = body_b.add(i, body_b.constant(np.int64(1), S32))
+    body_b.set_root(body_b.tuple([bl, br, i_next] + moved))
+
+    cond_b = b.new_computation(f"{inst.name}.windowed_rs_cond")
+    cparam = cond_b.parameter(0, state, name="state")
+    ci = cond_b.get_tuple_element(cparam, 2)
+    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(k - 1), S32), "LT"))
+
+    loop = b.while_loop(cond_b.computation, body_b.computation, init,
+                        name=f"{inst.name}.windowed_rs")
+    ol, orr, i, *accs = (b.get_tuple_element(loop, j) for j in range(3 + halves))
+    # The last partial dot (this device's own piece), after the loop.
+    parts = [step(ctx, [ol, orr], acc, i, sign, h)
+             for h, (acc, (sign, _)) in enumerate(zip(accs, streams))]
+    out = parts[0] if halves == 1 else b.concatenate(parts, dim)
+    return PValue(out, out_shape, plan.result)
 
 
 def _result_local(p: Problem, plan: Plan) -> tuple[int, ...]:
