@@ -1,9 +1,16 @@
 """Windowed einsum (collective matmul): a dot whose plan all-gathers one operand becomes a
 loop of collective-permutes, each step computing a partial dot on the piece at hand, so
-no device ever holds the whole gathered operand.
+no device ever holds the whole gathered operand (``windowed_dot``); a dot whose plan sums
+partial results with a reduce-scatter becomes a loop that passes the accumulator of one
+output piece around the ring instead, so no device holds the whole unreduced result
+(``windowed_reduce_scatter``, XLA's windowed einsum at contracting dims).
 
-Mirrors XLA's windowed einsum loop in dot_handler.cc (``threshold_for_windowed_einsum_mib``,
-unidirectional form). Applies to a base plan (dot_plan) in which one operand ("the
+Both mirror XLA's windowed einsum loops in dot_handler.cc
+(``threshold_for_windowed_einsum_mib``, ``bidirectional_windowed_einsum``). The threshold
+is compared with the bytes the replaced collective would leave on one device: the
+gathered operand, or the unreduced local result.
+
+The all-gather form applies to a base plan (dot_plan) in which one operand ("the
 window") is tiled on a single dim ``c`` across every device of the current group, evenly,
 and must be gathered whole (its target is replicated), the other operand needs no
 partial-sum reduction, and the gather exceeds the threshold. With ``n`` devices, at step
@@ -18,6 +25,9 @@ of one piece: the bytes of the all-gather it replaces). The loop runs ``n - 1`` 
 last piece is computed after it. Bidirectional (XLA's windowed_einsum bidirectional
 form, ``n`` even): a second stream walks the ring the other way (pieces ``j - 1 - i``),
 two partial dots per step, ``n / 2 - 1`` steps -- the same bytes in half the rounds.
+
+The reduce-scatter form is described at ``windowed_reduce_scatter``; it is called where
+base plans are emitted (dot.emit_plan), so it also runs inside device groups.
 """
 from __future__ import annotations
 
@@ -44,9 +54,6 @@ def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Proble
                  threshold_mib: float, bidirectional: bool = False) -> PValue | None:
     """The windowed form of ``plan``, or None when it does not apply (then the plan is
     emitted as usual). The result has sharding ``plan.result``."""
-    if isinstance(plan, BasePlan) and plan.post == "reduce-scatter":
-        return _reduce_scatter_loop(ctx, inst, plan, p, lhs, rhs, out_shape, threshold_mib,
-                                    bidirectional)
     if not _no_reduction(plan):
         return None
     n = ctx.num_devices
@@ -183,12 +190,16 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
     return PValue(acc, out_shape, plan.result)
 
 
-def _reduce_scatter_loop(ctx: PartitionContext, inst: Instruction, plan: BasePlan,
-                         p: Problem, lhs: PValue, rhs: PValue, out_shape: Shape,
-                         threshold_mib: float, bidirectional: bool) -> PValue | None:
-    """The reduce-scatter form: instead of one local dot whose whole (unreduced) result
-    is then reduce-scattered over the ``k`` devices of each contracting group, the
-    device at position ``q`` of its group computes at step ``i`` only the partial dot of
+@with_cause("contraction")
+def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: BasePlan,
+                            p: Problem, lhs: PValue, rhs: PValue, out_shape: Shape,
+                            threshold_mib: float, bidirectional: bool = False
+                            ) -> PValue | None:
+    """The reduce-scatter form of a base plan whose partial sums end in a reduce-scatter
+    (called where base plans are emitted, so it also applies inside device groups).
+    Instead of one local dot whose whole (unreduced) result is then reduce-scattered over
+    the ``k`` devices of each contracting group, the device at position ``q`` of its
+    group (its reduce-scatter shard index) computes at step ``i`` only the partial dot of
     output piece ``(q + i + 1) mod k`` (its operands sliced on the scatter dim), adds it
     to the accumulator it received, and passes the accumulator to position ``q - 1``.
     After ``k - 1`` permutes of one piece (the reduce-scatter's bytes) and ``k`` partial
@@ -196,17 +207,19 @@ def _reduce_scatter_loop(ctx: PartitionContext, inst: Instruction, plan: BasePla
     it. Bidirectional: each piece is split in two halves on the scatter dim, one summed
     around the ring each way (half the bytes per link and round).
 
-    Applies when the contracting dims divide evenly (no padding to mask) and the scatter
-    dim's local size divides by ``k`` (no padding to add), and the unreduced local
-    result exceeds the threshold. None otherwise."""
-    from hlo_spmd.passes.partition.handlers.dot import _local_dot
+    Applies when the scatter dim's local size divides by ``k`` (no padding to add) and
+    the unreduced local result exceeds the threshold. None otherwise. The result has
+    sharding ``plan.result``, as the reduce-scatter's."""
+    from hlo_spmd.passes.partition.handlers.dot import _local_dot, mask_padding
 
     d = p.dims
+    if plan.post != "reduce-scatter":
+        return None
     groups = reduction_groups_of(plan, d)  # [g, k] logical ids, position = piece index
     k = int(groups.shape[1])
     tiles = data_tiles(plan.t, d.iter_rank)
     sizes = p.iter_sizes
-    if k < 2 or any(sizes[c] % tiles[c] for c in d.kind_iter(CONTRACTING)):
+    if k < 2:
         return None
     dim = plan.scatter_dim
     local = [-(-s // t) for s, t in zip(sizes[:d.out_rank], tiles[:d.out_rank])]
@@ -218,8 +231,11 @@ def _reduce_scatter_loop(ctx: PartitionContext, inst: Instruction, plan: BasePla
     # Which dim of each operand carries the scatter dim (iteration dim ``dim``).
     slice_dims = [d.tensor_iter(side).index(dim) if dim in d.tensor_iter(side) else None
                   for side in (0, 1)]
-    l = ctx.reshard(lhs, plan.lhs_t).hlo
-    r = ctx.reshard(rhs, plan.rhs_t).hlo
+    # Padding of unevenly tiled contracting dims must add nothing: zero it (as the
+    # one-dot form does).
+    uneven = [c for j, c in enumerate(d.kind_dims(CONTRACTING)) if tiles[d.out_rank + j] > 1]
+    l = mask_padding(ctx, ctx.reshard(lhs, plan.lhs_t), [c.lhs for c in uneven]).hlo
+    r = mask_padding(ctx, ctx.reshard(rhs, plan.rhs_t), [c.rhs for c in uneven]).hlo
     pos = np.empty(ctx.num_devices, np.int64)
     pos[groups.reshape(-1)] = np.tile(np.arange(k), groups.shape[0])
     # Stream 0 sends position q to q - 1 and works on piece q + i + 1; stream 1 (the
@@ -287,4 +303,4 @@ def _result_local(p: Problem, plan: Plan) -> tuple[int, ...]:
     return tuple(-(-s // t) for s, t in zip(p.out_shape, tiles))
 
 
-__all__ = ["windowed_dot"]
+__all__ = ["windowed_dot", "windowed_reduce_scatter"]
