@@ -126,6 +126,8 @@ RS_CASES = {
     "scatter-rhs-dim": _rs_text(64, 256, 48, out="{devices=[1,8]<=[8]}"),
     "permuted-devices": _rs_text(64, 256, 48, dev="<=[2,4]T(1,0)"),
     "uneven-contracting": _rs_text(64, 250, 48),
+    "uneven-scatter-dim": _rs_text(60, 256, 44),
+    "uneven-both": _rs_text(60, 250, 44, out="{devices=[1,8]<=[8]}"),
     "two-contracting-dims": """HloModule m, num_partitions=8
 
 ENTRY main {

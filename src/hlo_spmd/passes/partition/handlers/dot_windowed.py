@@ -44,6 +44,7 @@ from hlo_spmd.passes.partition.handlers.dot_dims import CONTRACTING, LHS_NC, RHS
 from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
                                                        reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import pad_to
 
 S32 = PrimitiveType.S32
 
@@ -207,8 +208,7 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
     it. Bidirectional: each piece is split in two halves on the scatter dim, one summed
     around the ring each way (half the bytes per link and round).
 
-    Applies when the scatter dim's local size divides by ``k`` (no padding to add) and
-    the unreduced local result exceeds the threshold. None otherwise. The result has
+    Applies when the unreduced local result exceeds the threshold; None otherwise. The result has
     sharding ``plan.result``, as the reduce-scatter's."""
     from hlo_spmd.passes.partition.handlers.dot import _local_dot, mask_padding
 
@@ -223,10 +223,10 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
         return None
     dim = plan.scatter_dim
     local = [-(-s // t) for s, t in zip(sizes[:d.out_rank], tiles[:d.out_rank])]
-    if local[dim] % k or math.prod(local) * p.ebytes[2] <= threshold_mib * 2 ** 20:
+    if math.prod(local) * p.ebytes[2] <= threshold_mib * 2 ** 20:
         return None
-    halves = 2 if bidirectional and k >= 3 and (local[dim] // k) % 2 == 0 else 1
-    piece = local[dim] // k
+    piece = -(-local[dim] // k)  # padded at the end when uneven, as the reduce-scatter's
+    halves = 2 if bidirectional and k >= 3 and piece % 2 == 0 else 1
     sub = piece // halves
     # Which dim of each operand carries the scatter dim (iteration dim ``dim``).
     slice_dims = [d.tensor_iter(side).index(dim) if dim in d.tensor_iter(side) else None
@@ -236,6 +236,11 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
     uneven = [c for j, c in enumerate(d.kind_dims(CONTRACTING)) if tiles[d.out_rank + j] > 1]
     l = mask_padding(ctx, ctx.reshard(lhs, plan.lhs_t), [c.lhs for c in uneven]).hlo
     r = mask_padding(ctx, ctx.reshard(rhs, plan.rhs_t), [c.rhs for c in uneven]).hlo
+    # Operands padded on the scatter dim to ``k`` whole pieces (the rows added only make
+    # result padding).
+    l, r = (x if sd is None else
+            pad_to(ctx, x, [piece * k if j == sd else e for j, e in enumerate(x.shape.dims)])
+            for x, sd in zip((l, r), slice_dims))
     pos = np.empty(ctx.num_devices, np.int64)
     pos[groups.reshape(-1)] = np.tile(np.arange(k), groups.shape[0])
     # Stream 0 sends position q to q - 1 and works on piece q + i + 1; stream 1 (the
