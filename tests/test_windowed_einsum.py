@@ -201,3 +201,21 @@ def test_reduce_scatter_form_lowers_peak_with_the_same_bytes(bidirectional):
     assert b.collectives["reduce-scatter"].bytes_per_device == pytest.approx(7 * unreduced / 8)
     report = verify(module_bytes(parse_module(text)), module_bytes(windowed), 8)
     assert report.ok, str(report)
+
+
+def test_cli_option_reduce_scatter_form(tmp_path):
+    from click.testing import CliRunner
+
+    from hlo_spmd_cli.main import _register, cli
+
+    _register()
+    src = tmp_path / "m.hlo"
+    src.write_text(RS_CASES["scatter-lhs-dim"])
+    for extra in ([], ["--bidirectional"]):
+        out = tmp_path / "out.hlo"
+        res = CliRunner().invoke(cli, ["partition", str(src), "-o", str(out),
+                                       "--windowed-einsum-threshold", "0"] + extra)
+        assert res.exit_code == 0, res.output
+        text = out.read_text()
+        assert "collective-permute" in text and "while" in text
+        assert "reduce-scatter" not in text
