@@ -109,9 +109,17 @@ def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, 
               rhs: PValue, out_shape, local_op: "LocalOp | None" = None) -> PValue:
     """Emit ``plan`` for problem ``p``; the result has sharding ``p.out``."""
     local_op = local_op or _local_dot
+    threshold = ctx.state.options.windowed_einsum_threshold_mib
+    pv = None
     if isinstance(plan, GroupPlan):
         pv = _emit_group(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
-    else:
+    elif threshold is not None and local_op is _local_dot and plan.post == "reduce-scatter":
+        # Windowed einsum, reduce-scatter form (here so it applies inside groups too).
+        from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_reduce_scatter
+
+        pv = windowed_reduce_scatter(ctx, inst, plan, p, lhs, rhs, out_shape, threshold,
+                                     ctx.state.options.windowed_einsum_bidirectional)
+    if pv is None:
         pv = _emit_base(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
     return ctx.reshard(pv, p.out)
 

@@ -1,9 +1,16 @@
 """Windowed einsum (collective matmul): a dot whose plan all-gathers one operand becomes a
 loop of collective-permutes, each step computing a partial dot on the piece at hand, so
-no device ever holds the whole gathered operand.
+no device ever holds the whole gathered operand (``windowed_dot``); a dot whose plan sums
+partial results with a reduce-scatter becomes a loop that passes the accumulator of one
+output piece around the ring instead, so no device holds the whole unreduced result
+(``windowed_reduce_scatter``, XLA's windowed einsum at contracting dims).
 
-Mirrors XLA's windowed einsum loop in dot_handler.cc (``threshold_for_windowed_einsum_mib``,
-unidirectional form). Applies to a base plan (dot_plan) in which one operand ("the
+Both mirror XLA's windowed einsum loops in dot_handler.cc
+(``threshold_for_windowed_einsum_mib``, ``bidirectional_windowed_einsum``). The threshold
+is compared with the bytes the replaced collective would leave on one device: the
+gathered operand, or the unreduced local result.
+
+The all-gather form applies to a base plan (dot_plan) in which one operand ("the
 window") is tiled on a single dim ``c`` across every device of the current group, evenly,
 and must be gathered whole (its target is replicated), the other operand needs no
 partial-sum reduction, and the gather exceeds the threshold. With ``n`` devices, at step
@@ -18,6 +25,9 @@ of one piece: the bytes of the all-gather it replaces). The loop runs ``n - 1`` 
 last piece is computed after it. Bidirectional (XLA's windowed_einsum bidirectional
 form, ``n`` even): a second stream walks the ring the other way (pieces ``j - 1 - i``),
 two partial dots per step, ``n / 2 - 1`` steps -- the same bytes in half the rounds.
+
+The reduce-scatter form is described at ``windowed_reduce_scatter``; it is called where
+base plans are emitted (dot.emit_plan), so it also runs inside device groups.
 """
 from __future__ import annotations
 
@@ -31,8 +41,10 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.dot_dims import CONTRACTING, LHS_NC, RHS_NC, data_tiles
-from hlo_spmd.passes.partition.handlers.dot_plan import BasePlan, GroupPlan, Plan, Problem
+from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
+                                                       reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import pad_to
 
 S32 = PrimitiveType.S32
 
@@ -179,9 +191,121 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
     return PValue(acc, out_shape, plan.result)
 
 
+@with_cause("contraction")
+def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: BasePlan,
+                            p: Problem, lhs: PValue, rhs: PValue, out_shape: Shape,
+                            threshold_mib: float, bidirectional: bool = False
+                            ) -> PValue | None:
+    """The reduce-scatter form of a base plan whose partial sums end in a reduce-scatter
+    (called where base plans are emitted, so it also applies inside device groups).
+    Instead of one local dot whose whole (unreduced) result is then reduce-scattered over
+    the ``k`` devices of each contracting group, the device at position ``q`` of its
+    group (its reduce-scatter shard index) computes at step ``i`` only the partial dot of
+    output piece ``(q + i + 1) mod k`` (its operands sliced on the scatter dim), adds it
+    to the accumulator it received, and passes the accumulator to position ``q - 1``.
+    After ``k - 1`` permutes of one piece (the reduce-scatter's bytes) and ``k`` partial
+    dots, position ``q`` holds the full sum of piece ``q``: what the reduce-scatter gives
+    it. Bidirectional: each piece is split in two halves on the scatter dim, one summed
+    around the ring each way (half the bytes per link and round).
+
+    Applies when the unreduced local result exceeds the threshold; None otherwise. The result has
+    sharding ``plan.result``, as the reduce-scatter's."""
+    from hlo_spmd.passes.partition.handlers.dot import _local_dot, mask_padding
+
+    d = p.dims
+    if plan.post != "reduce-scatter":
+        return None
+    groups = reduction_groups_of(plan, d)  # [g, k] logical ids, position = piece index
+    k = int(groups.shape[1])
+    tiles = data_tiles(plan.t, d.iter_rank)
+    sizes = p.iter_sizes
+    if k < 2:
+        return None
+    dim = plan.scatter_dim
+    local = [-(-s // t) for s, t in zip(sizes[:d.out_rank], tiles[:d.out_rank])]
+    if math.prod(local) * p.ebytes[2] <= threshold_mib * 2 ** 20:
+        return None
+    piece = -(-local[dim] // k)  # padded at the end when uneven, as the reduce-scatter's
+    halves = 2 if bidirectional and k >= 3 and piece % 2 == 0 else 1
+    sub = piece // halves
+    # Which dim of each operand carries the scatter dim (iteration dim ``dim``).
+    slice_dims = [d.tensor_iter(side).index(dim) if dim in d.tensor_iter(side) else None
+                  for side in (0, 1)]
+    # Padding of unevenly tiled contracting dims must add nothing: zero it (as the
+    # one-dot form does).
+    uneven = [c for j, c in enumerate(d.kind_dims(CONTRACTING)) if tiles[d.out_rank + j] > 1]
+    l = mask_padding(ctx, ctx.reshard(lhs, plan.lhs_t), [c.lhs for c in uneven]).hlo
+    r = mask_padding(ctx, ctx.reshard(rhs, plan.rhs_t), [c.rhs for c in uneven]).hlo
+    # Operands padded on the scatter dim to ``k`` whole pieces (the rows added only make
+    # result padding).
+    l, r = (x if sd is None else
+            pad_to(ctx, x, [piece * k if j == sd else e for j, e in enumerate(x.shape.dims)])
+            for x, sd in zip((l, r), slice_dims))
+    pos = np.empty(ctx.num_devices, np.int64)
+    pos[groups.reshape(-1)] = np.tile(np.arange(k), groups.shape[0])
+    # Stream 0 sends position q to q - 1 and works on piece q + i + 1; stream 1 (the
+    # other half of every piece) sends q to q + 1 and works on piece q - i - 1.
+    streams = [(1, np.roll(groups, 1, axis=1)), (-1, np.roll(groups, -1, axis=1))][:halves]
+    streams = [(sign, np.stack([groups.reshape(-1), dst.reshape(-1)], axis=1))
+               for sign, dst in streams]
+    b = ctx.b
+    et = inst.shape.element_type
+
+    def step(bctx: PartitionContext, o: list[Instruction], acc: Instruction, i: Instruction,
+             sign: int, half: int) -> Instruction:
+        """``acc`` plus this device's partial dot of the piece for step ``i``."""
+        bb = bctx.b
+        c = lambda v: bb.constant(np.int64(v), S32)  # noqa: E731
+        me = bctx.logical_table(pos)
+        kk = bb.add(me, bb.add(i, c(1))) if sign > 0 else \
+            bb.add(bb.subtract(me, bb.add(i, c(1))), c(k))  # kept non-negative
+        kk = bb.remainder(kk, c(k))
+        off = bb.add(bb.multiply(kk, c(piece)), c(half * sub))
+        ops = []
+        for x, sd in zip(o, slice_dims):
+            if sd is not None:
+                starts = [c(0)] * x.shape.rank
+                starts[sd] = off
+                dims_ = list(x.shape.dims)
+                dims_[sd] = sub
+                x = bb.dynamic_slice(x, starts, dims_)
+            ops.append(x)
+        return bb.add(acc, _local_dot(bctx, inst, d, *ops))
+
+    acc_dims = list(local)
+    acc_dims[dim] = sub
+    acc0 = b.broadcast(b.constant(np.asarray(0), et), acc_dims, [])
+    zero = b.constant(np.int64(0), S32)
+    init = b.tuple([l, r, zero] + [acc0] * halves)
+    state = init.shape
+
+    body_b = b.new_computation(f"{inst.name}.windowed_rs_body")
+    bctx = ctx.for_computation(body_b)
+    param = body_b.parameter(0, state, name="state")
+    bl, br, i, *accs = (body_b.get_tuple_element(param, j) for j in range(3 + halves))
+    moved = [bctx.f.collective_permute(step(bctx, [bl, br], acc, i, sign, h), pairs)
+             for h, (acc, (sign, pairs)) in enumerate(zip(accs, streams))]
+    i_next = body_b.add(i, body_b.constant(np.int64(1), S32))
+    body_b.set_root(body_b.tuple([bl, br, i_next] + moved))
+
+    cond_b = b.new_computation(f"{inst.name}.windowed_rs_cond")
+    cparam = cond_b.parameter(0, state, name="state")
+    ci = cond_b.get_tuple_element(cparam, 2)
+    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(k - 1), S32), "LT"))
+
+    loop = b.while_loop(cond_b.computation, body_b.computation, init,
+                        name=f"{inst.name}.windowed_rs")
+    ol, orr, i, *accs = (b.get_tuple_element(loop, j) for j in range(3 + halves))
+    # The last partial dot (this device's own piece), after the loop.
+    parts = [step(ctx, [ol, orr], acc, i, sign, h)
+             for h, (acc, (sign, _)) in enumerate(zip(accs, streams))]
+    out = parts[0] if halves == 1 else b.concatenate(parts, dim)
+    return PValue(out, out_shape, plan.result)
+
+
 def _result_local(p: Problem, plan: Plan) -> tuple[int, ...]:
     tiles = data_tiles(plan.result, len(p.out_shape))
     return tuple(-(-s // t) for s, t in zip(p.out_shape, tiles))
 
 
-__all__ = ["windowed_dot"]
+__all__ = ["windowed_dot", "windowed_reduce_scatter"]
