@@ -96,36 +96,9 @@ def rescale_mesh(module, a: int, b: int) -> None:
     Every tile assignment of the generated step is an iota over the 2x4 mesh, so its
     dims / reshape dims of 2, 4 and 8 are the data axis, the model axis and both; the
     iota's transpose structure is kept."""
-    from hlo_spmd.sharding import HloSharding, TileAssignment
+    from hlo_spmd.runtime.rescale import rescale_mesh as rescale
 
-    mapping = {2: a, 4: b, 8: a * b}
-
-    def scale(dims):
-        return [mapping.get(d, d) for d in dims]
-
-    for inst in module.instructions():
-        s = inst.sharding
-        if s is None:
-            continue
-        leaves = list(s.tuple_elements) if s.is_tuple else [s]
-        new = []
-        for leaf in leaves:
-            if not leaf.is_tiled:
-                new.append(leaf)
-                continue
-            ta = leaf.tile_assignment
-            if not ta.is_iota:
-                raise ValueError(f"{inst.name}: not an iota tile assignment: {leaf}")
-            reshape = scale(ta.reshape_dims) if ta.reshape_dims else None
-            scaled = TileAssignment(scale(ta.dims), reshape, ta.transpose_perm or None)
-            if leaf.replicate_on_last_tile_dim:
-                new.append(HloSharding.tile(scaled, replicate_on_last_tile_dim=True))
-            elif leaf.subgroup_types:
-                new.append(HloSharding.subgroup(scaled, leaf.subgroup_types))
-            else:
-                new.append(HloSharding.tile(scaled))
-        inst.sharding = HloSharding.tuple(new) if s.is_tuple else new[0]
-        inst.source_sharding = None
+    rescale(module, {2: a, 4: b, 8: a * b})
 
 
 def main(argv=None) -> int:

@@ -69,35 +69,9 @@ def test_instruction_count_does_not_grow_with_devices():
 
 
 def _rescale_mesh(module, mapping):
-    """Re-express the fixture's 2x4 mesh shardings on a mesh with axis sizes ``mapping``,
-    keeping each tile assignment's iota reshape/transpose structure."""
-    from hlo_spmd.sharding import HloSharding, TileAssignment
+    from hlo_spmd.runtime.rescale import rescale_mesh
 
-    def scale(dims):
-        return [mapping.get(d, d) for d in dims]
-
-    for inst in module.instructions():
-        s = inst.sharding
-        if s is None:
-            continue
-        leaves = list(s.tuple_elements) if s.is_tuple else [s]
-        new = []
-        for leaf in leaves:
-            if not leaf.is_tiled:
-                new.append(leaf)
-                continue
-            ta = leaf.tile_assignment
-            assert ta.is_iota, str(leaf)
-            reshape = scale(ta.reshape_dims) if ta.reshape_dims else None
-            scaled = TileAssignment(scale(ta.dims), reshape, ta.transpose_perm or None)
-            if leaf.replicate_on_last_tile_dim:
-                new.append(HloSharding.tile(scaled, replicate_on_last_tile_dim=True))
-            elif leaf.subgroup_types:
-                new.append(HloSharding.subgroup(scaled, leaf.subgroup_types))
-            else:
-                new.append(HloSharding.tile(scaled))
-        inst.sharding = HloSharding.tuple(new) if s.is_tuple else new[0]
-        inst.source_sharding = None
+    rescale_mesh(module, mapping)
 
 
 MESH_FIXTURES = ["mlp_2d_megatron", "transformer_layer_fwd", "transformer_train_step",
