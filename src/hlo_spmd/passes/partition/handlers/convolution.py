@@ -123,6 +123,17 @@ def _untile(ctx: PartitionContext, inst: Instruction, pv: PValue, dims: DotDims,
     return ctx.reshard(pv, s)
 
 
+def _inner_sharding(dims: DotDims, s: HloSharding, which: int, x_dims, groups: np.ndarray,
+                    sizes: tuple[int, ...]) -> HloSharding:
+    """``s`` (of operand / result ``which``) as seen inside one device group of ``groups``,
+    which tiles ``x_dims`` into ``sizes`` pieces; dims the planner must not tile cleared."""
+    rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
+    s = _clean(dims, which, s, keep=x_dims or ())
+    exact = regroup(s, rank, groups, x_dims, sizes)
+    inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
+    return _clean(dims, which, inner)
+
+
 def _tiled_dims(s: HloSharding) -> list[int]:
     return [d for d, t in enumerate(s.tile_dims_for_data()) if t > 1] if s.is_tiled else []
 
@@ -264,11 +275,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     o_dims = [o for _, o, _ in spatial]
 
     def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
-        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
-        s = _clean(dims, which, s, keep=x_dims or ())
-        exact = regroup(s, rank, groups, x_dims, sizes)
-        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
-        return _clean(dims, which, inner)
+        return _inner_sharding(dims, s, which, x_dims, groups, sizes)
 
     inner_l = inner_of(lhs.sharding, LHS, l_dims)
     inner_r = inner_of(rhs.sharding, RHS, None)
@@ -389,11 +396,7 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
     sizes = tuple(int(rt[d]) for d in ref_dims)
 
     def inner_of(s: HloSharding, which: int, x_dims) -> HloSharding:
-        rank = (dims.lhs_rank, dims.rhs_rank, dims.out_rank)[which]
-        s = _clean(dims, which, s, keep=x_dims or ())
-        exact = regroup(s, rank, groups, x_dims, sizes)
-        inner = exact if exact is not None else group0_view(s, rank, groups, x_dims)
-        return _clean(dims, which, inner)
+        return _inner_sharding(dims, s, which, x_dims, groups, sizes)
 
     inner_l = inner_of(lhs.sharding, LHS, l_dims)
     inner_r = inner_of(rhs.sharding, RHS, r_dims)
