@@ -53,6 +53,10 @@ NO_GSPMD_REFERENCE = {
     "shardy_sharding_group":
         "xla.sdy.ShardingGroup: GSPMD does not read Shardy's sharding groups, so it leaves "
         "the group member cos(b) replicated; ours shards it like sin(a), as shard_alike asks",
+    "handwritten/shardy_priorities":
+        "Shardy user priorities: GSPMD reads only the classic sharding= fields, which have "
+        "no priorities; ours is checked against Shardy's own completion "
+        "(tests/test_sdy_priorities.py)",
 }
 
 try:

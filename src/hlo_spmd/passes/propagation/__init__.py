@@ -84,7 +84,13 @@ def propagate(module: Module, *, propagate_to_parameters: bool = False,
     rec = Recorder()
     prop = Propagator(module, graph, rec, to_output=propagate_to_output,
                       to_params=propagate_to_parameters, annotations=annotations)
-    prop.run()
+    from hlo_spmd.passes.propagation.priorities import (prioritized_annotations,
+                                                        run_with_priorities)
+    prioritized = prioritized_annotations(module, annotations)
+    if prioritized:  # Shardy user priorities: one propagation round per priority
+        run_with_priorities(prop, prioritized, getattr(annotations, "meshes", {}))
+    else:
+        prop.run()
     fixed = tuple(i.name for i in graph.instructions() if id(i) in prop.provided)
     unsharded = tuple(i.name for i in graph.instructions() if i.sharding is None)
     return PropagationResult(module, rec.decisions, fixed, prop.iterations,

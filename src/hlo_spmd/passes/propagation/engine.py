@@ -475,12 +475,16 @@ class Propagator:
 
     def run(self) -> None:
         self.setup()
+        self.run_levels()
+        self.finish()
+
+    def run_levels(self) -> None:
+        """Every aggressiveness level to its fix point (once per priority round)."""
         for level in LEVELS[:-1]:
             self.run_to_fix_point(level)
         if self.groups:
             sg.align_shard_as(self, self.groups)
         self.run_to_fix_point(LEVELS[-1])
-        self.finish()
 
     # -- epilogue -------------------------------------------------------------------------------
     def finish(self) -> None:
