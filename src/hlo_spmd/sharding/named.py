@@ -175,6 +175,12 @@ class NamedSharding:
                            ("manual", self.manual)):
             refs.extend((word, a) for a in axes)
         _check_axes(self.mesh, refs)
+        lists = [(f"dim {i}", d.axes) for i, d in enumerate(self.dims)]
+        lists += [(w, axes) for w, axes in (("replicated", self.replicated),
+                                             ("unreduced", self.unreduced),
+                                             ("manual", self.manual))]
+        for where, axes in lists:
+            _check_canonical(self.mesh, where, axes, sorted_list=not where.startswith("dim "))
 
     # -- the tile form ----------------------------------------------------------------
     def to_tiles(self) -> TileAssignment:
@@ -281,6 +287,27 @@ def _check_axes(mesh: Mesh, refs: Sequence[tuple[str, AxisRef]]) -> None:
                                     "not nest (their sizes do not multiply to a split of the "
                                     "axis)")
         seen.setdefault(a.index, []).append((where, a))
+
+
+def _check_canonical(mesh: Mesh, where: str, axes: Sequence[AxisRef], sorted_list: bool
+                     ) -> None:
+    """XLA's canonical form of one axis list (ValidateSpanOfAxes, jaxlib 0.10.2 checks each
+    list on its own): no two neighbours that are consecutive sub-axes of one axis (they
+    must be written merged), and replicated / unreduced / manual sorted by mesh axis and
+    sub-axis pre-size."""
+    for a, b in zip(axes, axes[1:]):
+        if a.index == b.index and a.is_sub_axis and b.is_sub_axis and \
+                a.extent(mesh)[1] == b.pre_size:
+            size = a.length(mesh) * b.length(mesh)
+            merged = AxisRef(a.index) if size == mesh.sizes[a.index] else \
+                AxisRef(a.index, a.pre_size, size)
+            raise ShardingError(f"{where}: adjacent sub-axes {a.text(mesh)}, {b.text(mesh)} "
+                                f"can be merged; write {merged.text(mesh)}")
+    if sorted_list:
+        keys = [(a.index, a.pre_size or 1) for a in axes]
+        if keys != sorted(keys):
+            raise ShardingError(f"{where} axes must be sorted by mesh axis and sub-axis "
+                                "pre-size: " + ", ".join(a.text(mesh) for a in axes))
 
 
 def _quote(name: str) -> str:
