@@ -45,14 +45,12 @@ def find(module, name):
 
 
 # -- device ids ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", [2, 4, 8])
-def test_partition_id_is_zero_as_in_the_single_partition_original(n):
-    text = f"""
+PID = """
 HloModule pid
 
 ENTRY %main (x: f32[10,3]) -> (f32[10,3], u32[]) {{
   %x = f32[10,3]{{1,0}} parameter(0), sharding={{devices=[{n},1]<=[{n}]}}
-  %pid = u32[] partition-id(), sharding={{replicated}}
+  %pid = {pid}
   %rid = u32[] replica-id(), sharding={{replicated}}
   %ids = u32[] add(%pid, %rid), sharding={{replicated}}
   %f = f32[] convert(%ids), sharding={{replicated}}
@@ -61,10 +59,41 @@ ENTRY %main (x: f32[10,3]) -> (f32[10,3], u32[]) {{
   ROOT %t = (f32[10,3]{{1,0}}, u32[]) tuple(%y, %pid), sharding={{{{devices=[{n},1]<=[{n}]}}, {{replicated}}}}
 }}
 """
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_replica_id_is_kept(n):
+    text = PID.format(n=n, pid="u32[] constant(0), sharding={replicated}")
     result = partition_and_verify(text, n)
-    pid = find(result.module, "pid")
-    assert pid.opcode == "constant"
     assert find(result.module, "rid").opcode == "replica-id"
+
+
+@pytest.mark.parametrize("sharding", [", sharding={replicated}", "",
+                                      ", sharding={maximal device=0}"])
+def test_non_manual_partition_id_is_refused_as_xla_does(sharding):
+    """XLA: "PartitionId instruction is not supported for SPMD partitioning since the
+    meaning is ambiguous" unless it is manual; here the same, as a one-line error."""
+    from hlo_spmd.errors import HloSpmdError
+
+    text = PID.format(n=4, pid="u32[] partition-id()" + sharding)
+    with pytest.raises(HloSpmdError) as e:
+        partition(parse_module(text, "pid"), 4, complete=False)
+    msg = str(e.value)
+    assert "instruction pid" in msg and "manual region" in msg and "\n" not in msg
+
+
+def test_non_manual_partition_id_cli_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "pid.hlo"
+    out = tmp_path / "out.hlo"
+    src.write_text(PID.format(n=4, pid="u32[] partition-id(), sharding={replicated}"))
+    r = subprocess.run([sys.executable, "-m", "hlo_spmd_cli", "partition", str(src), "-o",
+                        str(out)], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "partition-id" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
 
 
 MANUAL = ADD + """

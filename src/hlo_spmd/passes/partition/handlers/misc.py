@@ -14,11 +14,10 @@ the same global values.
 * ``rng-bit-generator``: a pure function of its state operand; computed from the
   replicated state so the bits equal the unpartitioned program's, then cut to the result
   sharding (deliberately replicated; not reported as a fallback).
-* ``partition-id``: in the single logical program there is one partition, so every use
-  sees 0; the partitioned program emits the constant ``u32[] 0`` (NOT the device's
-  partition id, which would make the value differ between devices and from the original).
-  Inside a manual region (sharding ``{manual}`` or a manual subgroup) the program is
-  per-device by definition and the real ``partition-id`` is kept.
+* ``partition-id``: inside a manual region (sharding ``{manual}`` or a manual subgroup)
+  the program is per-device by definition and the real ``partition-id`` is kept.
+  Anywhere else it is an error, as in XLA's partitioner (HandlePartitionId): whether the
+  instruction or the data is meant to be replicated is ambiguous.
 * ``replica-id``: partitioning does not change the replica count, so the instruction is
   kept as is (0 on a single-replica run, as in the original).
 * ``after-all`` / ``add-dependency`` / tokens: tokens carry no data; they are re-created
@@ -156,8 +155,11 @@ def handle_partition_id(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = ctx.sharding_of(inst)
     if target.is_manual or target.is_manual_subgroup:
         return PValue(ctx.b.op("partition-id", name=inst.name), inst.shape, target)
-    zero = ctx.b.constant(np.uint32(0), PT.U32, name=inst.name)
-    return reshard(ctx, PValue(zero, inst.shape, HloSharding.replicate()), target)
+    # XLA's partitioner refuses it (HandlePartitionId): outside a manual region it is
+    # ambiguous whether the instruction or the data it indexes is replicated.
+    raise PartitionError(f"partition-id with sharding {target} is outside a manual region; "
+                         "XLA's SPMD partitioning does not support it (ambiguous: annotate "
+                         "it {manual} inside a manual region)", f"instruction {inst.name}")
 
 
 @handles("replica-id")
