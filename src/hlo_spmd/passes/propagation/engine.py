@@ -293,9 +293,16 @@ class Propagator:
                 if inst.opcode not in CONTROL_FLOW:
                     continue
                 related = self.related(inst)
-                first = next((r for r in related if r.sharding is not None), None)
+                # A non-tuple conditional's branch roots sit under fresh, unannotated
+                # tuples in XLA (ConditionalCanonicalizer runs first): only the
+                # conditional's own sharding seeds the sync, and annotated roots keep theirs.
+                canon = inst.opcode == "conditional" and not inst.shape.is_tuple
+                first = next((r for r in (related[:1] if canon else related)
+                              if r.sharding is not None), None)
                 if first is not None:
                     for r in related:
+                        if canon and r.sharding is not None:
+                            continue
                         if r is not first and r.sharding != first.sharding:
                             self.set(r, first.sharding, "computation.sync(initial)", (first,),
                                      direction="computation")

@@ -82,8 +82,11 @@ def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
 
 # -- reshape --------------------------------------------------------------------------------
 def _maps_exactly(s_in: HloSharding, in_dims, out_dims, s_out: HloSharding) -> bool:
-    """A local reshape of ``s_in``'s tiles gives ``s_out``'s tiles."""
-    if not (s_in.is_tiled or s_in.is_replicated) or s_in.is_manual_subgroup:
+    """A local reshape of ``s_in``'s tiles gives ``s_out``'s tiles. Manual subgroups
+    qualify too: a reshape never moves data between manual groups, so when the data dims
+    map exactly (``mapped == s_out`` compares the manual dims as well) each group's tile
+    reshapes on its own."""
+    if not (s_in.is_tiled or s_in.is_replicated):
         return False
     if s_in.is_tiled and any(d == 1 and t > 1 for d, t in zip(in_dims,
                                                              s_in.tile_dims_for_data())):
@@ -122,7 +125,7 @@ def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
         local = tile_shape(target, out_dims)
         return PValue(b.reshape(x, local, name=inst.name), inst.shape, target)
     # 2. Reshape in the operand's own sharding (when it maps), then reshard the result.
-    if pv.sharding.is_tiled and not pv.sharding.is_manual_subgroup:
+    if pv.sharding.is_tiled:
         try:
             fwd = reshape_sharding(pv.sharding, in_dims, out_dims)
         except Exception:
