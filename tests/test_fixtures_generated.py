@@ -159,13 +159,22 @@ def test_entry_signature_matches_sidecar(path):
 
     meta = _load(path)
     entry = _ir(path).entry
-    params = entry.parameters
-    assert [p.parameter_number for p in params] == list(range(len(meta["inputs"])))
-    for p, inp in zip(params, meta["inputs"]):
-        assert list(p.shape.dims) == inp["shape"], (p.name, inp)
-        assert text_name(p.shape.element_type) == DTYPES[inp["dtype"]], (p.name, inp)
+    # Sidecar inputs are the arrays the runtime passes: a tuple parameter's elements.
+    leaves = []
+    for p in entry.parameters:
         assert p.sharding is not None, f"parameter {p.name} has no sharding"
-        assert p.sharding == parse_sharding(inp["sharding"]), (p.name, str(p.sharding), inp)
+        if p.shape.is_tuple:
+            elems = p.sharding.tuple_elements if p.sharding.is_tuple else \
+                [p.sharding] * len(p.shape.tuple_shapes)
+            leaves += [(p.name, s, e) for s, e in zip(p.shape.tuple_shapes, elems)]
+        else:
+            leaves.append((p.name, p.shape, p.sharding))
+    assert [p.parameter_number for p in entry.parameters] == list(range(len(entry.parameters)))
+    assert len(leaves) == len(meta["inputs"])
+    for (name, shape, sharding), inp in zip(leaves, meta["inputs"]):
+        assert list(shape.dims) == inp["shape"], (name, inp)
+        assert text_name(shape.element_type) == DTYPES[inp["dtype"]], (name, inp)
+        assert sharding == parse_sharding(inp["sharding"]), (name, str(sharding), inp)
     root = entry.root.shape
     outs = list(root.tuple_shapes) if root.is_tuple else [root]
     assert [list(o.dims) for o in outs] == [o["shape"] for o in meta["outputs"]]

@@ -210,7 +210,8 @@ def _array_spec(shape, what: str) -> ArraySpec:
 
 
 def entry_signature(module: ModuleLike) -> Signature:
-    """Parameter and result shapes of the entry computation (tuple results flattened)."""
+    """Parameter and result shapes of the entry computation (tuple parameters and
+    results flattened one level, as XLA's runtime passes them)."""
     from hlo_spmd.runtime._jax import load_jax
 
     proto_bytes = to_proto_bytes(module)
@@ -219,9 +220,13 @@ def entry_signature(module: ModuleLike) -> Signature:
         program_shape = xc.XlaComputation(proto_bytes).program_shape()
     except Exception as exc:
         raise InputError(f"cannot read the entry signature: {exc}") from exc
-    params = tuple(
-        _array_spec(s, f"parameter {i}") for i, s in enumerate(program_shape.parameter_shapes())
-    )
+    params: tuple[ArraySpec, ...] = ()
+    for i, s in enumerate(program_shape.parameter_shapes()):
+        # A tuple parameter (Shardy's tuple_args) is passed leaf by leaf: XLA's import
+        # to StableHLO flattens it into one argument per leaf.
+        params += tuple(_array_spec(leaf, f"parameter {i} element {j}")
+                        for j, leaf in enumerate(s.tuple_shapes())) if s.is_tuple() else \
+            (_array_spec(s, f"parameter {i}"),)
     result = program_shape.result_shape()
     if result.is_tuple():
         leaves = tuple(

@@ -182,7 +182,11 @@ def _resolve_shardings(proto_bytes: bytes, sig: Signature, param_shardings, outp
                 "pass output_sharding"
             )
         output_sharding = stored_output
-    params = [slicing.as_sharding(s) for s in param_shardings]
+    params = []
+    for s in param_shardings:  # a tuple parameter's sharding gives one per element
+        sharding = slicing.as_sharding(s)
+        elements = slicing.tuple_leaves(sharding)
+        params.extend(elements if elements is not None else [sharding])
     if len(params) != len(sig.parameters):
         raise HloSpmdError(
             f"{len(params)} parameter shardings for {len(sig.parameters)} parameters"
