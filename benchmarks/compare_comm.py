@@ -4,7 +4,8 @@
 
 Partitions every fixture with hlo-spmd, gets XLA's partitioned module for the same
 input (after its spmd-partitioning pass, through jaxlib), and prints collectives per
-kind and bytes per device for both. A figure, not a test: see tests/test_comm_vs_xla.py
+kind and bytes per device for both, and the largest array and peak-live estimate
+(hlo_spmd.stats) of each program. A figure, not a test: see tests/test_comm_vs_xla.py
 for the assertion that ours is never more than XLA's.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ def compare_fixture(path: str) -> dict:
     row["ours"] = {k: (a.collectives[k].count, a.collectives[k].bytes_per_device) for k in KINDS}
     row["ours_total"] = a.total_bytes_per_device
     row["ours_largest"] = a.largest_array.bytes if a.largest_array else 0
+    row["ours_peak"] = a.peak_live_bytes
     try:
         xla = load_module_bytes(xla_partitioned_module(data, n), "xla")
     except Exception as e:  # XLA cannot partition it (e.g. Shardy custom-calls)
@@ -43,6 +45,7 @@ def compare_fixture(path: str) -> dict:
     row["xla"] = {k: (b.collectives[k].count, b.collectives[k].bytes_per_device) for k in KINDS}
     row["xla_total"] = b.total_bytes_per_device
     row["xla_largest"] = b.largest_array.bytes if b.largest_array else 0
+    row["xla_peak"] = b.peak_live_bytes
     return row
 
 
@@ -66,12 +69,14 @@ def main(argv=None) -> int:
     def counts(d):
         return " ".join(f"{short[k]}{d[k][0]}" for k in KINDS if d[k][0]) or "-"
 
-    print(f"| fixture | N | ours: collectives | ours bytes/dev | XLA: collectives | XLA bytes/dev |")
-    print("|---|---|---|---|---|---|")
+    print("| fixture | N | ours: collectives | ours bytes/dev | XLA: collectives | XLA bytes/dev "
+          "| largest ours / XLA (B) | peak live ours / XLA (B) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         xla = (counts(r["xla"]), f"{r['xla_total']:.0f}") if r["xla"] else ("n/a", r.get("xla_error", ""))
+        lx, px = (r["xla_largest"], r["xla_peak"]) if r["xla"] else ("-", "-")
         print(f"| {r['fixture']} | {r['n']} | {counts(r['ours'])} | {r['ours_total']:.0f} | "
-              f"{xla[0]} | {xla[1]} |")
+              f"{xla[0]} | {xla[1]} | {r['ours_largest']} / {lx} | {r['ours_peak']} / {px} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
