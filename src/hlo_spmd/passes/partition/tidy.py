@@ -16,6 +16,9 @@ reassociation) and never adds bytes on the wire:
 * **all-gather + own-part dynamic-slice -> the operand** (a gather whose result is cut
   back to the device's own tile of the gathered dim is the local shard).
 
+Last, ``schedule.sink_to_first_use`` moves cheap values (constants, iotas, broadcasts of
+scalars) next to their first user, so they are not live across unrelated big values.
+
 Per-device offsets are read off the factory's table lookups
 (``reshape(dynamic-slice(constant table, partition-id))``) or constants; nothing is
 matched by name. Runs on every computation (loop bodies and branches included).
@@ -30,6 +33,7 @@ from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.literal import literal_to_numpy
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
+from hlo_spmd.passes.partition.schedule import sink_to_first_use
 from hlo_spmd.proto import hlo_pb2
 
 # Reducers whose all-reduces may be merged through an op of the same kind.
@@ -50,6 +54,7 @@ def tidy_module(module: Module, num_devices: int, causes=None) -> None:
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically()
                 comp.remove_dead()
+        sink_to_first_use(comp)  # last: the order the rewrites leave is final
 
 
 # -- reading the program ------------------------------------------------------------------------
