@@ -1,14 +1,21 @@
-"""Combine independent collectives of one kind and one device grouping into one variadic
+"""Combine independent collectives of one kind and one device grouping into one
 collective (XLA's AllReduceCombiner, AllGatherCombiner and ReduceScatterCombiner).
 
 Each collective has a fixed cost (a rendezvous, a launch) on top of its bytes; the
 partitioner emits one per value, e.g. one all-reduce per weight gradient. Collectives
 that agree on everything but their operand -- the same opcode, replica groups and id
 mode, gather / scatter dimension, reduction computation and element type -- and that
-do not depend on each other become one collective with a tuple result, read back with
-get-tuple-elements. The bytes each device sends are the sum of the parts (the cost
-model of ``collectives/cost.py`` is linear in the operands), so the count drops and the
-bytes stay exactly the same.
+do not depend on each other become one collective on one buffer: every member's operand
+is laid out as a column block of a rank-2 buffer (concatenate), the collective runs on
+the buffer, and each member's result is sliced back out. The bytes each device sends are
+the sum of the parts (the cost model of ``collectives/cost.py`` is linear in the
+operands), so the count drops and the bytes stay exactly the same.
+
+Why one buffer and not XLA's variadic (tuple-shaped) form: jaxlib 0.10.2 compiles our
+programs through its SPMD partitioner in manual mode, which rejects an all-reduce with
+more than one operand (RET_CHECK "supports only single-operand allreduce in manual
+partitioning mode"), and a variadic all-gather of f32 and s32 operands gave wrong
+numbers there. A buffer needs one element type, so that is part of the key.
 
 Which ones: collectives are numbered by level, the most collectives on any path into
 them (themselves included). One that depends on another has a higher level, so the
@@ -65,8 +72,8 @@ def _key(inst: Instruction, cause: str | None) -> tuple:
     for f in ("channel_id", "name", "id", "metadata", "operand_ids", "called_computation_ids",
               "shape", "opcode", "sharding", "frontend_attributes"):
         q.ClearField(f)
-    # A variadic all-reduce applies one scalar computation to every operand: one type.
-    etype = int(inst.shape.element_type) if inst.opcode != "all-gather" else -1
+    # The members share one buffer: one element type.
+    etype = int(inst.shape.element_type)
     return (inst.opcode, q.SerializeToString(deterministic=True), _reducer_key(inst), etype,
             cause)
 
