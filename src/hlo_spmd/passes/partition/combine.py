@@ -14,8 +14,9 @@ operands), so the count drops and the bytes stay exactly the same.
 Why one buffer and not XLA's variadic (tuple-shaped) form: jaxlib 0.10.2 compiles our
 programs through its SPMD partitioner in manual mode, which rejects an all-reduce with
 more than one operand (RET_CHECK "supports only single-operand allreduce in manual
-partitioning mode"), and a variadic all-gather of f32 and s32 operands gave wrong
-numbers there. A buffer needs one element type, so that is part of the key.
+partitioning mode"), and its StableHLO reduce-scatter takes a single operand. Only
+all-gather runs variadic there; one form serves all three kinds instead. A buffer needs
+one element type, so that is part of the key.
 
 Which ones: collectives are numbered by level, the most collectives on any path into
 them (themselves included). One that depends on another has a higher level, so the
