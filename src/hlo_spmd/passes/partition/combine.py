@@ -18,19 +18,20 @@ partitioning mode"), and its StableHLO reduce-scatter takes a single operand. On
 all-gather runs variadic there; one form serves all three kinds instead. A buffer needs
 one element type, so that is part of the key.
 
-Which ones: collectives are numbered by level, the most collectives on any path into
-them (themselves included). One that depends on another has a higher level, so the
-collectives of one level are independent, and combining any of them only adds edges
-from a lower level to a higher one -- no two combined collectives can wait on each
-other (XLA's combiners get the same guarantee from a reachability map). Per level and
-kind, program order is cut into groups whose result bytes stay under the threshold
-(XLA's ``combine_threshold_in_bytes``; 30 MiB by default, ``PartitionOptions``) and that
-have at most 256 members (XLA's count threshold). The combined collective takes the
-place of its group's last member; users of earlier members move after it, everything
-else keeps its order (a topological sort that follows the old positions). Combining
-makes the members' results live at the same time, so a group is kept only when the
-computation's peak-live estimate (``hlo_spmd.stats``, the figure compared with XLA's)
-does not grow.
+Which ones (greedy in program order, as XLA's combiners): a collective joins the open
+group of its kind when it depends on none of the group's members (a bitset of the
+candidate collectives each instruction depends on; XLA uses a reachability map), the
+group's buffer stays under the threshold (XLA's ``combine_threshold_in_bytes``; 30 MiB
+by default, ``PartitionOptions``, and never more than the program's largest array) and
+it has fewer than 256 members (XLA's count threshold); otherwise the group is closed and
+a new one opened. The combined collective takes the place of its group's last member;
+users of earlier members move after it, everything else keeps its order (a topological
+sort that follows the old positions). Independent members can still wait on each other
+through another combined group, and combining makes the members' results live at the
+same time, so the groups are put in together and kept only when the program stays
+acyclic and the computation's peak-live estimate (``hlo_spmd.stats``, the figure
+compared with XLA's) does not grow; otherwise one by one (up to ``MAX_TRIALS``), each
+kept under the same two conditions.
 
 Only collectives the partitioner made are combined, and only with collectives of the
 same cause (``causes.CauseLog``), which the combined one inherits: the report's figures
@@ -91,32 +92,35 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     if threshold_bytes <= 0 or causes is None:
         return False
     order = comp.instructions
-    # level: how many candidate collectives the longest path into an instruction passes
-    # (itself included). A collective that depends on another has a higher level, so
-    # collectives of one level are independent, and combining any of them only adds
-    # edges from a lower level to a higher one: the program stays acyclic.
-    level: dict[int, int] = {}
-    classes: dict[tuple, list[Instruction]] = {}
-    for inst in order:
-        deps = list(inst.operands) + list(inst.control_predecessors)
-        lv = max((level[id(o)] for o in deps), default=0)
-        if _candidate(comp, inst, causes):
-            lv += 1
-            scope = causes.lookup(inst)
-            classes.setdefault((lv,) + _key(inst, scope.cause), []).append(inst)
-        level[id(inst)] = lv
+    # ancestors: a bit per candidate collective an instruction depends on (itself
+    # included). A collective joins the open group of its kind only when it depends on
+    # none of the members: the members are independent.
+    ancestors: dict[int, int] = {}
+    open_groups: dict[tuple, tuple[list[Instruction], list[int]]] = {}
     groups: list[list[Instruction]] = []
-    for members in classes.values():
-        group: list[Instruction] = []
-        size = 0
-        for m in members:
-            b = max(m.shape.byte_size(), m.operands[0].shape.byte_size())  # the buffer
-            if group and (size + b > threshold_bytes or len(group) >= MAX_MEMBERS):
-                groups.append(group)
-                group, size = [], 0
-            group.append(m)
-            size += b
-        groups.append(group)
+    bits = 0
+    for inst in order:
+        anc = 0
+        for o in inst.operands:
+            anc |= ancestors[id(o)]
+        for o in inst.control_predecessors:
+            anc |= ancestors[id(o)]
+        if _candidate(comp, inst, causes):
+            key = _key(inst, causes.lookup(inst).cause)
+            size = max(inst.shape.byte_size(), inst.operands[0].shape.byte_size())  # buffer
+            group = open_groups.get(key)
+            if group is None or anc & group[1][0] or group[1][1] + size > threshold_bytes \
+                    or len(group[0]) >= MAX_MEMBERS:
+                if group is not None:
+                    groups.append(group[0])
+                group = open_groups[key] = ([], [0, 0])
+            group[0].append(inst)
+            group[1][0] |= 1 << bits
+            group[1][1] += size
+            anc |= 1 << bits
+            bits += 1
+        ancestors[id(inst)] = anc
+    groups.extend(g for g, _ in open_groups.values())
     groups = [g for g in groups if len(g) > 1]
     if not groups:
         return False
@@ -131,7 +135,9 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
         built.append((new, reads))
     comp.instructions = base
 
-    def apply(chosen: list) -> list:
+    def apply(chosen: list) -> tuple[list, bool]:
+        """Put the groups of ``chosen`` in; False (undo it) when that makes a cycle or
+        raises the peak."""
         reads: dict[int, Instruction] = {}
         added: list[Instruction] = []
         for new, r in chosen:
@@ -143,28 +149,30 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
                 saved.append((inst, inst.operands))
                 inst.operands = [reads.get(id(o), o) for o in inst.operands]
         kept = [i for i in base if id(i) not in reads] + added
-        comp.instructions = _in_order(kept, position)
-        return saved
+        new_order = _in_order(kept, position)
+        if new_order is None:
+            return saved, False
+        comp.instructions = new_order
+        return saved, peak is None or peak(comp) <= limit
 
     def undo(saved: list) -> None:
         for inst, operands in saved:
             inst.operands = operands
         comp.instructions = base
 
-    if peak is None:
-        apply(built)
-        return True
-    # Combining makes the members' results live together: keep the groups that do not
-    # raise the peak-live estimate (all of them at once first, then one by one).
-    limit = peak(comp)
-    saved = apply(built)
-    if peak(comp) <= limit:
+    # Groups of independent collectives can still wait on each other through other
+    # groups, and combining makes the members' results live together: keep the groups
+    # that leave the program acyclic and do not raise the peak-live estimate (all of
+    # them at once first, then one by one).
+    limit = peak(comp) if peak is not None else 0
+    saved, ok = apply(built)
+    if ok:
         return True
     undo(saved)
     accepted: list = []
     for item in built[:MAX_TRIALS]:
-        saved = apply(accepted + [item])
-        if peak(comp) <= limit:
+        saved, ok = apply(accepted + [item])
+        if ok:
             accepted.append(item)
         undo(saved)
     if not accepted:
@@ -179,9 +187,11 @@ def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
             and inst is not comp.root and causes.lookup(inst) is not None)
 
 
-def _in_order(insts: list[Instruction], position: dict[int, int]) -> list[Instruction]:
+def _in_order(insts: list[Instruction],
+              position: dict[int, int]) -> list[Instruction] | None:
     """A topological order of ``insts`` that follows ``position`` wherever the edges allow
-    (Kahn's algorithm, the ready instruction of lowest position first)."""
+    (Kahn's algorithm, the ready instruction of lowest position first); None when the
+    edges make a cycle."""
     members = {id(i) for i in insts}
     waiting: dict[int, int] = {}
     users: dict[int, list[Instruction]] = {}
@@ -202,8 +212,7 @@ def _in_order(insts: list[Instruction], position: dict[int, int]) -> list[Instru
             waiting[id(u)] -= 1
             if waiting[id(u)] == 0:
                 heapq.heappush(ready, (rank[id(u)], id(u), u))
-    assert len(out) == len(insts), "combining made a cycle"
-    return out
+    return out if len(out) == len(insts) else None
 
 
 def _emit(comp: Computation, members: list[Instruction],
