@@ -152,3 +152,43 @@ def test_cli_combine_threshold(tmp_path):
     bad = CliRunner().invoke(cli, ["partition", str(src), "-o", str(tmp_path / "x.hlo"),
                                    "--combine-threshold", "-1"])
     assert bad.exit_code == 2 and not (tmp_path / "x.hlo").exists()
+
+
+def test_groups_that_would_wait_on_each_other_are_not_both_combined():
+    # A1 / A2 share groups, B1 / B2 share other groups; each pair is independent, but
+    # A2 reads B2 and B1 reads A1: combining both pairs would make a cycle.
+    from hlo_spmd.ir.verifier import verify_module
+    from hlo_spmd.passes.partition.causes import CauseLog
+    from hlo_spmd.passes.partition.combine import combine_collectives
+
+    text = """HloModule m
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY main {
+  a0 = f32[8] parameter(0)
+  b0 = f32[8] parameter(1)
+  A1 = f32[8] all-reduce(a0), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add
+  B2 = f32[8] all-reduce(b0), channel_id=2, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=add
+  B1 = f32[8] all-reduce(A1), channel_id=3, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=add
+  A2 = f32[8] all-reduce(B2), channel_id=4, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT t = (f32[8], f32[8]) tuple(B1, A2)
+}
+"""
+    module = parse_module(text)
+    log = CauseLog()
+    for inst in module.entry.instructions:
+        if inst.opcode == "all-reduce":
+            log.note(inst)  # as if the partitioner had made them
+    assert combine_collectives(module.entry, 2 ** 20, log)
+    module.entry.remove_dead()
+    verify_module(module)
+    seen: set[int] = set()
+    for inst in module.entry.instructions:  # operands before users: no cycle
+        assert all(id(o) in seen for o in inst.operands), inst.name
+        seen.add(id(inst))
+    assert count(module, "all-reduce") == 3
