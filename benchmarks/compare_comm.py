@@ -1,6 +1,6 @@
 """Communicated bytes per device: hlo-spmd vs XLA's own GSPMD, per fixture.
 
-    python benchmarks/compare_comm.py [fixtures/hlo] [--json out.json]
+    python benchmarks/compare_comm.py [fixtures/hlo] [--json out.json] [--combine-threshold MiB]
 
 Partitions every fixture with hlo-spmd, gets XLA's partitioned module for the same
 input (after its spmd-partitioning pass, through jaxlib), and prints collectives per
@@ -19,7 +19,7 @@ import sys
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def compare_fixture(path: str) -> dict:
+def compare_fixture(path: str, options=None) -> dict:
     from hlo_spmd.ir.io import load_module, load_module_bytes, module_bytes
     from hlo_spmd.passes.partition import partition
     from hlo_spmd.runtime.xla_reference import xla_partitioned_module
@@ -28,7 +28,7 @@ def compare_fixture(path: str) -> dict:
     meta = json.load(open(path[:-3] + ".json"))
     n = meta["num_partitions"]
     data = open(path, "rb").read()
-    ours = partition(load_module(path), n).module
+    ours = partition(load_module(path), n, options=options).module
     row = {"fixture": os.path.basename(path)[:-3], "n": n}
     a = module_stats(ours, n)
     row["ours"] = {k: (a.collectives[k].count, a.collectives[k].bytes_per_device) for k in KINDS}
@@ -56,13 +56,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("root", nargs="?", default="fixtures/hlo")
     p.add_argument("--json", default=None)
+    p.add_argument("--combine-threshold", type=float, default=None, metavar="MiB",
+                   help="ours with this collective-combining threshold (0: off; default: "
+                        "the partitioner's default)")
     args = p.parse_args(argv)
+    from hlo_spmd.passes.partition import PartitionOptions
+
+    options = (PartitionOptions(combine_threshold_mib=args.combine_threshold)
+               if args.combine_threshold is not None else None)
     rows = []
     for path in sorted(glob.glob(os.path.join(args.root, "*.pb"))):
         meta = json.load(open(path[:-3] + ".json"))
         if meta.get("partition_only"):
             continue
-        rows.append(compare_fixture(path))
+        rows.append(compare_fixture(path, options))
     short = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS",
              "all-to-all": "A2A", "collective-permute": "CP"}
 
