@@ -127,13 +127,17 @@ def _annotate_mesh_forms(module, text: str, axes) -> str:
                    "collective-permutes instead (windowed einsum; default: off).")
 @click.option("--bidirectional", is_flag=True,
               help="Windowed einsum with pieces moving both ways round the ring.")
+@click.option("--combine-threshold", "combine_mib", type=click.FloatRange(min=0),
+              default=30.0, show_default=True, metavar="MiB",
+              help="Combine independent collectives of one kind and device group into "
+                   "one, up to MiB per combined collective (0: off).")
 @_MESH
 @_SHARD
 @_QUIET
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
               fmt: str | None, report_path: str | None, windowed_mib: float | None,
-              bidirectional: bool, mesh: str | None, shards: tuple[str, ...],
-              quiet: bool) -> None:
+              bidirectional: bool, combine_mib: float, mesh: str | None,
+              shards: tuple[str, ...], quiet: bool) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
     from hlo_spmd.api import partition_owned as api_partition
@@ -151,7 +155,8 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
             as_shard_specs(list(shards))
         progress.step("completing shardings and partitioning")
         options = PartitionOptions(windowed_einsum_threshold_mib=windowed_mib,
-                                   windowed_einsum_bidirectional=bidirectional)
+                                   windowed_einsum_bidirectional=bidirectional,
+                                   combine_threshold_mib=combine_mib)
         result = api_partition(module, num_partitions, mesh=mesh, shard=list(shards),
                                complete=complete, options=options)
         progress.step(f"writing {label(out)}")

@@ -36,9 +36,6 @@ LATER_ISSUE = {
 
 # fixture -> why its largest array or peak-live estimate is still above XLA's (known, open).
 MEMORY_ABOVE_XLA = {
-    "conv_depthwise": "the convolution pads its spatially whole input explicitly (f32[2,18,8,16]) "
-                      "where XLA's program folds the padding into the convolution",
-    "conv_dilated": "peak live 4 B above XLA's (one s32 offset scalar live at the peak)",
     "shardy_nested_shard_map": "the x-gathered f32[8,4] entry value of the outer manual "
                                "computation (see LATER_ISSUE)",
 }

@@ -116,6 +116,22 @@ def test_spatial_conv_result_replicated_input_sharded():
     run(text, 4)
 
 
+@pytest.mark.parametrize("pad", ["1_1", "2_0", "0_2", "3_3"])
+def test_windows_of_a_whole_operand_are_cut_before_padding(pad):
+    """Input whole on H, result tiled on H: each device's window (its rows plus the
+    halo) is cut from the input and padded on its own -- the padded input is never
+    built, so nothing is larger than the input; numbers checked on XLA."""
+    lo, hi = (int(v) for v in pad.split("_"))
+    h, kh = 16, lo + hi + 1
+    text = conv(f"2,{h},3,4", f"{kh},1,4,8", f"2,{h},3,8", f"size={kh}x1 pad={pad}x0_0",
+                "b01f_01io->b01f", R, R, "{devices=[1,4,1,1]<=[4]}")
+    run(text, 4)
+    out = partition(parse_module(text), 4, complete=True).module
+    assert module_stats(out, 4).largest_array.bytes <= 2 * h * 3 * 8 * 4
+    pads = [i for i in out.instructions() if i.opcode == "pad"]
+    assert all(p.shape.dims[1] < h + lo + hi for p in pads), [str(p.shape) for p in pads]
+
+
 def test_kernel_sharded_on_spatial_dim_is_correct():
     text = conv("2,16,4,4", "4,3,4,8", "2,16,4,8", "size=4x3 pad=1_2x1_1", "b01f_01io->b01f",
                 "{devices=[1,4,1,1]<=[4]}", "{devices=[4,1,1,1]<=[4]}",

@@ -209,6 +209,11 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     return peak
 
 
+def computation_peak_bytes(comp: Computation, is_entry: bool) -> int:
+    """The peak-live estimate of one computation (callees included), as module_stats."""
+    return _peak(comp, is_entry, {})
+
+
 def _largest_array(comps: Sequence[Computation]) -> ArrayInfo | None:
     best: ArrayInfo | None = None
     for comp in comps:

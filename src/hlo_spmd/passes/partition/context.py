@@ -47,6 +47,10 @@ class PartitionOptions:
     # None: off.
     windowed_einsum_threshold_mib: float | None = None
     windowed_einsum_bidirectional: bool = False  # two streams of pieces, half the steps
+    # XLA's combine_threshold_in_bytes: independent collectives of one kind and device
+    # grouping are combined into one while the result stays under this many MiB
+    # (passes/partition/combine.py). 0 or None: off.
+    combine_threshold_mib: float | None = 30.0
 
 
 @dataclass

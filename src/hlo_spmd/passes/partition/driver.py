@@ -177,7 +177,9 @@ def partition_module(module: Module, num_partitions: int,
     for comp in out.computations:
         _remove_annotation_calls(comp)
         comp.remove_dead()
-    tidy_module(out, num_partitions, ctx.f.log)  # fewer bytes once every user is known
+    combine_mib = state.options.combine_threshold_mib or 0
+    tidy_module(out, num_partitions, ctx.f.log,  # fewer bytes once every user is known
+                combine_threshold_bytes=int(combine_mib * 2 ** 20))
     out.remove_unreachable_computations()
     out.sort_computations()
     return out, state.report

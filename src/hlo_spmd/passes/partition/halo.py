@@ -395,15 +395,37 @@ def _static_slice(ctx: PartitionContext, x: Instruction, dim: int, lo: int,
 
 def _cut(ctx: PartitionContext, x: Instruction, dim: int, low: int, high: int,
          offsets: np.ndarray, width: int, tidx: np.ndarray) -> Instruction:
-    """Pad ``x`` by ``low``/``high`` along ``dim``, then take ``width`` at ``offsets[k]``."""
+    """Pad ``x`` by ``low``/``high`` along ``dim``, then take ``width`` at ``offsets[k]``.
+
+    The padded array itself is never built when the window is narrower than ``x``: a
+    window-sized piece is cut first (its start clamped into ``x``, so it still holds
+    every in-range element the window reads), and only that piece is padded. Same
+    values, and nothing larger than ``width`` plus the padding a window reaches is
+    materialised."""
     b = ctx.b
     rank = x.shape.rank
+    size = x.shape.dims[dim]
+    offsets = np.asarray(offsets, np.int64)
+    if (low or high) and width < size:
+        starts = offsets - low  # window starts in x's coordinates
+        clamped = np.clip(starts, 0, size - width)
+        x = _take(ctx, x, dim, clamped, width, tidx)
+        within = starts - clamped  # where each window starts in the piece
+        low, high = max(0, -int(within.min())), max(0, int(within.max()))
+        offsets = within + low
     if low or high:
         lows = [0] * rank
         highs = [0] * rank
         lows[dim], highs[dim] = low, high
         x = b.pad(x, b.scalar(0, x), lows, highs)
-    offsets = np.asarray(offsets, np.int64)
+    return _take(ctx, x, dim, offsets, width, tidx)
+
+
+def _take(ctx: PartitionContext, x: Instruction, dim: int, offsets: np.ndarray, width: int,
+          tidx: np.ndarray) -> Instruction:
+    """``width`` elements of ``x`` along ``dim`` from ``offsets[k]`` (all in range)."""
+    b = ctx.b
+    rank = x.shape.rank
     if np.all(offsets == offsets[0]):
         off = int(offsets[0])
         if off == 0 and width == x.shape.dims[dim]:

@@ -16,6 +16,11 @@ reassociation) and never adds bytes on the wire:
 * **all-gather + own-part dynamic-slice -> the operand** (a gather whose result is cut
   back to the device's own tile of the gathered dim is the local shard).
 
+Then independent collectives of one kind and grouping are combined into one
+(``combine.py``, XLA's AllReduceCombiner & co.; bytes unchanged, fewer collectives), and
+last ``schedule.sink_to_first_use`` moves cheap values (constants, iotas, broadcasts of
+scalars) next to their first user, so they are not live across unrelated big values.
+
 Per-device offsets are read off the factory's table lookups
 (``reshape(dynamic-slice(constant table, partition-id))``) or constants; nothing is
 matched by name. Runs on every computation (loop bodies and branches included).
@@ -30,15 +35,20 @@ from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.literal import literal_to_numpy
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
+from hlo_spmd.passes.partition.combine import combine_collectives
+from hlo_spmd.passes.partition.schedule import sink_to_first_use
 from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.stats import computation_peak_bytes
 
 # Reducers whose all-reduces may be merged through an op of the same kind.
 _ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
 
-def tidy_module(module: Module, num_devices: int, causes=None) -> None:
+def tidy_module(module: Module, num_devices: int, causes=None,
+                combine_threshold_bytes: int = 0) -> None:
     """Apply every rewrite to every computation of ``module`` (in place). ``causes``
-    (the partitioner's CauseLog) learns that a new collective serves what it replaces."""
+    (the partitioner's CauseLog) learns that a new collective serves what it replaces;
+    ``combine_threshold_bytes`` > 0 combines collectives up to that size (combine.py)."""
     inherit = causes.inherit if causes is not None else (lambda new, old: None)
     rewrites = (lambda c: _reassociate_all_reduces(c, inherit),
                 lambda c: _sink_slices_through_transposes(c),
@@ -50,6 +60,15 @@ def tidy_module(module: Module, num_devices: int, causes=None) -> None:
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically()
                 comp.remove_dead()
+    # Combining is one buffer per group: never larger than the biggest array already there.
+    largest = max((i.shape.byte_size() for c in module.computations for i in c.instructions
+                   if i.shape.is_array), default=0)
+    for comp in list(module.computations):
+        if combine_collectives(comp, combine_threshold_bytes, causes,
+                               lambda c: computation_peak_bytes(c, c is module.entry),
+                               largest):
+            comp.remove_dead()
+        sink_to_first_use(comp)  # last: the order the rewrites leave is final
 
 
 # -- reading the program ------------------------------------------------------------------------
