@@ -26,6 +26,7 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.passes.propagation.unchanged import UnchangedMemo
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -66,6 +67,9 @@ class Propagator:
         self.level_iterations: list[int] = []
         self._dims_cache: dict[int, DotDims] = {}
         self.groups = sg.ShardGroups()
+        # Inferences whose inputs are unchanged since they last changed nothing are
+        # skipped, across levels too (see ``unchanged``).
+        self.unchanged = UnchangedMemo(self)
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -443,7 +447,7 @@ class Propagator:
                             changed_last = True
                         continue
                     done_ops.add(key)
-                    if self.infer_from_operands(inst):
+                    if self.unchanged.forward(inst):
                         after_change(inst)
                         changed_last = True
                 self.direction = "backward"
@@ -466,7 +470,7 @@ class Propagator:
                             changed_last = True
                         continue
                     done_users.add(key)
-                    if self.infer_from_users(inst):
+                    if self.unchanged.backward(inst):
                         after_change(inst)
                         changed_last = True
             self.iterations += 1

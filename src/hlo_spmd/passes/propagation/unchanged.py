@@ -1,0 +1,149 @@
+"""Skipping inferences whose inputs have not changed since they last changed nothing.
+
+XLA's RunToFixPoint re-infers every instruction at every aggressiveness level (its
+``already_inferred_from_*`` caches live for one level).  Most of those re-inferences see
+exactly the shardings they saw at the previous level and, where the level does not
+enter their rules, change nothing again.  This memo remembers, per instruction and
+direction, the inputs of the last inference that returned "no change": the identity
+of every sharding the rule reads and the part of the level the rule depends on.  When
+the same inputs come back, the inference is skipped: it would return False again and
+offer the same rejected candidates, which the recorder already holds (it keeps one
+copy of each), so shardings and provenance are exactly those of running it.
+
+What a rule reads (keep in sync with ``forward`` / ``backward`` when rules change):
+
+* forward (``infer_from_operands``): the instruction's own sharding and its operands';
+  the level through ``can_propagate_at_level`` and ``may_combine`` (0 vs >= 1), and for
+  broadcast its own thresholds (2 and 3).  Rules that read more are never skipped
+  (``FORWARD_READS_MORE``: the dot / convolution lookahead into users, a parameter's
+  caller operands).
+* backward (``infer_from_users``): the instruction's own sharding and its users'; for a
+  user whose rule also reads its other operands (anything not in
+  ``BACKWARD_READS_USER_ONLY``, e.g. dot, reduce, scatter) every operand of that user;
+  the level as above, with 2 where the instruction or a user is a broadcast.
+
+``HLO_SPMD_CHECK_SKIPS=1`` runs every skipped inference anyway and raises if it would
+have changed a sharding or recorded a new alternative (the tests run every fixture so).
+"""
+from __future__ import annotations
+
+import operator
+import os
+from typing import TYPE_CHECKING
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.propagation import graph as g
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.propagation.engine import Propagator
+
+# Forward rules that read shardings beyond the instruction's operands.
+FORWARD_READS_MORE = frozenset({"dot", "convolution", "parameter"})
+# Users whose backward rule reads only the user's sharding (and the operand's own):
+# the elementwise rule and these; every other user also has its operands read.
+BACKWARD_READS_USER_ONLY = frozenset({
+    "broadcast", "concatenate", "dynamic-slice", "dynamic-update-slice", "reduce-window",
+    "reshape", "pad", "slice", "transpose", "tuple", "get-tuple-element", "sort", "reverse",
+    "outfeed", "gather", "custom-call", "copy"})
+
+_is = operator.is_
+
+
+def check_enabled() -> bool:
+    return os.environ.get("HLO_SPMD_CHECK_SKIPS", "") not in ("", "0")
+
+
+class UnchangedMemo:
+    """Inputs of the last no-change inference per instruction, for one propagation run."""
+
+    def __init__(self, p: "Propagator") -> None:
+        self.p = p
+        self.check = check_enabled()
+        # id(inst) -> (instructions whose shardings the rule reads, level cap); None:
+        # never skipped.
+        self._fw_reads: dict[int, tuple[tuple[Instruction, ...], int] | None] = {}
+        self._bw_reads: dict[int, tuple[tuple[Instruction, ...], int]] = {}
+        self._fw_seen: dict[int, tuple[int, list]] = {}
+        self._bw_seen: dict[int, tuple[int, list]] = {}
+        self.skipped = 0
+
+    # -- what each rule reads ---------------------------------------------------------------
+    def _forward_reads(self, inst: Instruction):
+        key = id(inst)
+        try:
+            return self._fw_reads[key]
+        except KeyError:
+            pass
+        op = g.opcode(inst)
+        if op in FORWARD_READS_MORE:
+            r = None
+        else:
+            r = ((inst,) + tuple(inst.operands), 3 if op == "broadcast" else 1)
+        self._fw_reads[key] = r
+        return r
+
+    def _backward_reads(self, inst: Instruction):
+        key = id(inst)
+        try:
+            return self._bw_reads[key]
+        except KeyError:
+            pass
+        reads = [inst]
+        cap = 2 if g.opcode(inst) == "broadcast" else 1
+        for user in self.p.graph.users_of(inst):
+            reads.append(user)
+            uop = g.opcode(user)
+            if uop == "broadcast":
+                cap = 2
+            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
+                reads.extend(user.operands)
+        r = (tuple(reads), cap)
+        self._bw_reads[key] = r
+        return r
+
+    # -- the memo ---------------------------------------------------------------------------
+    def forward(self, inst: Instruction) -> bool:
+        """``infer_from_operands(inst)``, skipped when its inputs are those of its last
+        no-change run."""
+        return self._run(inst, self._forward_reads(inst), self._fw_seen,
+                         self.p.infer_from_operands)
+
+    def backward(self, inst: Instruction) -> bool:
+        """``infer_from_users(inst)``, likewise."""
+        return self._run(inst, self._backward_reads(inst), self._bw_seen,
+                         self.p.infer_from_users)
+
+    def _run(self, inst: Instruction, reads, seen: dict, infer) -> bool:
+        if reads is None:
+            return infer(inst)
+        insts, cap = reads
+        level = self.p.level
+        cls = level if level < cap else cap
+        now = [r.sharding for r in insts]
+        key = id(inst)
+        last = seen.get(key)
+        if last is not None and last[0] == cls and all(map(_is, last[1], now)):
+            self.skipped += 1
+            if self.check:
+                self._verify(inst, infer)
+            return False
+        if infer(inst):
+            seen.pop(key, None)
+            return True
+        # Nothing changed, so ``now`` is still what the rule read.
+        seen[key] = (cls, now)
+        return False
+
+    def _verify(self, inst: Instruction, infer) -> None:
+        from hlo_spmd.errors import HloSpmdError
+
+        before = inst.sharding
+        d = self.p.rec.decisions.get(inst.name)
+        alts = None if d is None else len(d.alternatives)
+        changed = infer(inst)
+        d = self.p.rec.decisions.get(inst.name)
+        if changed or inst.sharding is not before or \
+                (None if d is None else len(d.alternatives)) != alts:
+            raise HloSpmdError(f"propagation skipped an inference of {inst.name} "
+                               f"({inst.opcode}) that changes something at level "
+                               f"{self.p.level}")
