@@ -72,11 +72,12 @@ def same_shape_rule(p: "Propagator", inst: Instruction, user: Instruction) -> Hl
     return None
 
 
-def _index(user: Instruction, inst: Instruction) -> int:
-    for i, op in enumerate(user.operands):
-        if op is inst:
-            return i
-    raise ValueError(f"{inst.name} is not an operand of {user.name}")
+def _index(p: "Propagator", user: Instruction, inst: Instruction) -> int:
+    """The first position of ``inst`` among ``user``'s operands."""
+    positions = p.graph.operand_positions(user, inst)
+    if not positions:
+        raise ValueError(f"{inst.name} is not an operand of {user.name}")
+    return positions[0]
 
 
 def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -101,11 +102,11 @@ def convolution(p: "Propagator", inst: Instruction, user: Instruction) -> HloSha
     dnums = p.dot_dims(user)
     if dnums.conv_spatial:
         return None
-    return dot_operand(p, user, _index(user, inst), dnums)
+    return dot_operand(p, user, _index(p, user, inst), dnums)
 
 
 def dot(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    return dot_operand(p, user, _index(user, inst), p.dot_dims(user))
+    return dot_operand(p, user, _index(p, user, inst), p.dot_dims(user))
 
 
 def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
@@ -176,7 +177,7 @@ def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloS
     if not any(o is inst for o in user.operands[:n]):
         return None
     if user.shape.is_tuple:
-        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+        return ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst))
     return user.sharding
 
 
@@ -202,12 +203,12 @@ def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
 
 def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     s = user.sharding
-    best = ops.sub_sharding(s, user.shape, _index(user, inst))
-    for i, op in enumerate(user.operands):
-        if op is inst:
-            alt = ops.sub_sharding(s, user.shape, i)
-            if is_finer(alt, best):
-                best = alt
+    positions = p.graph.operand_positions(user, inst)
+    best = ops.sub_sharding(s, user.shape, _index(p, user, inst))
+    for i in positions:
+        alt = ops.sub_sharding(s, user.shape, i)
+        if is_finer(alt, best):
+            best = alt
     return best
 
 
@@ -237,7 +238,7 @@ def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> 
 def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     if inst.shape.rank == 0:
         return None
-    us = ops.sub_sharding(user.sharding, user.shape, _index(user, inst)) \
+    us = ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst)) \
         if user.shape.is_tuple else user.sharding
     if us.is_tiled:
         dims = list(user.attrs.dimensions)
@@ -262,7 +263,7 @@ def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
 
 def sort(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     if user.sharding.is_tuple:
-        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+        return ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst))
     return user.sharding
 
 

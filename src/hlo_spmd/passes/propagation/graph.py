@@ -178,6 +178,8 @@ class Graph:
         # computation -> the while / conditional / call instruction that owns it
         # (the last one in module order wins, as in XLA's map).
         self.computation_map: dict[int, Instruction] = {}
+        # id(user) -> {id(operand): its operand positions}, built on first use.
+        self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
 
     def instructions(self) -> Iterable[Instruction]:
         for comp in self.computations:
@@ -185,6 +187,18 @@ class Graph:
 
     def users_of(self, inst: Instruction) -> list[Instruction]:
         return self.users.get(id(inst), [])
+
+    def operand_positions(self, user: Instruction, inst: Instruction) -> tuple[int, ...]:
+        """Where ``inst`` is an operand of ``user`` (in order), without scanning the
+        operands per question: a wide tuple asks once per operand."""
+        table = self._positions.get(id(user))
+        if table is None:
+            built: dict[int, list[int]] = {}
+            for i, op in enumerate(user.operands):
+                built.setdefault(id(op), []).append(i)
+            table = {k: tuple(v) for k, v in built.items()}
+            self._positions[id(user)] = table
+        return table.get(id(inst), ())
 
     def callers(self, comp: object) -> list[Instruction]:
         return self.callers_of.get(id(comp), [])
