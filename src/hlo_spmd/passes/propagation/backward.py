@@ -30,12 +30,17 @@ sp = is_spatially_partitioned
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
     """CanPropagateThroughAtAggressiveLevel: pass-through ops always, broadcast from
     level 2, everything else from level 1."""
+    return level >= propagation_level(inst)
+
+
+def propagation_level(inst: Instruction) -> int:
+    """The lowest level at which ``can_propagate_at_level`` holds for ``inst``."""
     op = g.opcode(inst)
     if g.is_elementwise(inst) or op in ALWAYS_PASS_THROUGH:
-        return True
+        return 0
     if op == "broadcast":
-        return level >= 2
-    return level >= 1
+        return 2
+    return 1
 
 
 ALWAYS_PASS_THROUGH = frozenset({
@@ -46,7 +51,7 @@ ALWAYS_PASS_THROUGH = frozenset({
 def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
                       level: int) -> HloSharding | None:
     """GetShardingFromUser."""
-    if not can_propagate_at_level(user, level):
+    if level < p.min_level(user):
         return None
     if not sp(user.sharding):
         return None

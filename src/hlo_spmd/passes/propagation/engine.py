@@ -70,6 +70,8 @@ class Propagator:
         # Inferences whose inputs are unchanged since they last changed nothing are
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
+        self._spatial: dict[tuple[int, bool, bool], bool] = {}
+        self._min_level: dict[int, int] = {}
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -125,8 +127,25 @@ class Propagator:
         return True
 
     # -- what can be sharded ------------------------------------------------------------------
+    def min_level(self, inst: Instruction) -> int:
+        """``bw.propagation_level`` (CanPropagateThroughAtAggressiveLevel), once per
+        instruction."""
+        key = id(inst)
+        r = self._min_level.get(key)
+        if r is None:
+            r = self._min_level[key] = bw.propagation_level(inst)
+        return r
+
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
-        """SupportSpatialPartitioning."""
+        """SupportSpatialPartitioning (static once ``setup`` has mapped the computations:
+        asked once per instruction and flags)."""
+        key = (id(inst), to_output, to_params)
+        r = self._spatial.get(key)
+        if r is None:
+            r = self._spatial[key] = self._supports_spatial(inst, to_output, to_params)
+        return r
+
+    def _supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
         if (self.graph.is_root(inst) and self.graph.owner(inst) is None
                 and not (inst is self.graph.entry_root and to_output)):
             return False
@@ -144,7 +163,7 @@ class Propagator:
     # -- forward / backward inference ---------------------------------------------------------
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        if not bw.can_propagate_at_level(inst, self.level):
+        if self.level < self.min_level(inst):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
@@ -406,6 +425,9 @@ class Propagator:
             for h in changed:
                 clear_cache(h)
 
+        # Manual-region boundaries (their operand is re-inferred with them).
+        boundaries = {id(i) for i in graph.instructions()
+                      if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL)}
         iterations = 0
         changed_last = True
         while changed_last:
@@ -453,8 +475,7 @@ class Propagator:
                 self.direction = "backward"
                 for inst in reversed(order):
                     key = id(inst)
-                    if (g.is_custom_call(inst, g.FULL_TO_SHARD)
-                            or g.is_custom_call(inst, g.SHARD_TO_FULL)) and key not in done_users:
+                    if key in boundaries and key not in done_users:
                         done_users.discard(id(inst.operands[0]))
                     if key in done_users:
                         continue
