@@ -72,6 +72,7 @@ class Propagator:
         self.unchanged = UnchangedMemo(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
+        self._boundaries: frozenset[int] | None = None
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -127,6 +128,15 @@ class Propagator:
         return True
 
     # -- what can be sharded ------------------------------------------------------------------
+    @property
+    def boundaries(self) -> frozenset[int]:
+        """Manual-region boundaries (ids): their operand is re-inferred with them."""
+        if self._boundaries is None:
+            self._boundaries = frozenset(
+                id(i) for i in self.graph.instructions()
+                if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL))
+        return self._boundaries
+
     def min_level(self, inst: Instruction) -> int:
         """``bw.propagation_level`` (CanPropagateThroughAtAggressiveLevel), once per
         instruction."""
@@ -425,9 +435,7 @@ class Propagator:
             for h in changed:
                 clear_cache(h)
 
-        # Manual-region boundaries (their operand is re-inferred with them).
-        boundaries = {id(i) for i in graph.instructions()
-                      if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL)}
+        boundaries = self.boundaries
         iterations = 0
         changed_last = True
         while changed_last:

@@ -180,6 +180,7 @@ class Graph:
         self.computation_map: dict[int, Instruction] = {}
         # id(user) -> {id(operand): its operand positions}, built on first use.
         self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
+        self._non_root_users: dict[int, int] = {}
 
     def instructions(self) -> Iterable[Instruction]:
         for comp in self.computations:
@@ -204,10 +205,14 @@ class Graph:
         return self.callers_of.get(id(comp), [])
 
     def non_root_users(self, inst: Instruction) -> int:
-        """ComputeNonRootUsers: users other than the computation's root."""
-        users = self.users_of(inst)
-        root = inst.parent.root if inst.parent is not None else None
-        return len(users) - sum(1 for u in users if u is root)
+        """ComputeNonRootUsers: users other than the computation's root (counted once
+        per instruction)."""
+        n = self._non_root_users.get(id(inst))
+        if n is None:
+            users = self.users_of(inst)
+            root = inst.parent.root if inst.parent is not None else None
+            n = self._non_root_users[id(inst)] = len(users) - sum(1 for u in users if u is root)
+        return n
 
     def is_root(self, inst: Instruction) -> bool:
         return inst.parent is not None and inst.parent.root is inst

@@ -59,35 +59,22 @@ class UnchangedMemo:
     def __init__(self, p: "Propagator") -> None:
         self.p = p
         self.check = check_enabled()
-        # id(inst) -> (instructions whose shardings the rule reads, level cap); None:
-        # never skipped.
-        self._fw_reads: dict[int, tuple[tuple[Instruction, ...], int] | None] = {}
-        self._bw_reads: dict[int, tuple[tuple[Instruction, ...], int]] = {}
-        self._fw_seen: dict[int, tuple[int, list]] = {}
-        self._bw_seen: dict[int, tuple[int, list]] = {}
+        # id(inst) -> [instructions whose shardings the rule reads (None: never skipped),
+        #              level cap, level class of the last no-change run (-1: none),
+        #              the shardings it read]
+        self._fw: dict[int, list] = {}
+        self._bw: dict[int, list] = {}
         self.skipped = 0
 
     # -- what each rule reads ---------------------------------------------------------------
-    def _forward_reads(self, inst: Instruction):
-        key = id(inst)
-        try:
-            return self._fw_reads[key]
-        except KeyError:
-            pass
+    def _forward_entry(self, inst: Instruction) -> list:
         op = g.opcode(inst)
-        if op in FORWARD_READS_MORE:
-            r = None
-        else:
-            r = ((inst,) + tuple(inst.operands), 3 if op == "broadcast" else 1)
-        self._fw_reads[key] = r
-        return r
+        reads = None if op in FORWARD_READS_MORE else (inst,) + tuple(inst.operands)
+        entry = [reads, 3 if op == "broadcast" else 1, -1, None]
+        self._fw[id(inst)] = entry
+        return entry
 
-    def _backward_reads(self, inst: Instruction):
-        key = id(inst)
-        try:
-            return self._bw_reads[key]
-        except KeyError:
-            pass
+    def _backward_entry(self, inst: Instruction) -> list:
         reads = [inst]
         cap = 2 if g.opcode(inst) == "broadcast" else 1
         for user in self.p.graph.users_of(inst):
@@ -97,41 +84,42 @@ class UnchangedMemo:
                 cap = 2
             if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
                 reads.extend(user.operands)
-        r = (tuple(reads), cap)
-        self._bw_reads[key] = r
-        return r
+        entry = [tuple(reads), cap, -1, None]
+        self._bw[id(inst)] = entry
+        return entry
 
     # -- the memo ---------------------------------------------------------------------------
     def forward(self, inst: Instruction) -> bool:
         """``infer_from_operands(inst)``, skipped when its inputs are those of its last
         no-change run."""
-        return self._run(inst, self._forward_reads(inst), self._fw_seen,
-                         self.p.infer_from_operands)
+        entry = self._fw.get(id(inst)) or self._forward_entry(inst)
+        return self._run(inst, entry, self.p.infer_from_operands)
 
     def backward(self, inst: Instruction) -> bool:
         """``infer_from_users(inst)``, likewise."""
-        return self._run(inst, self._backward_reads(inst), self._bw_seen,
-                         self.p.infer_from_users)
+        entry = self._bw.get(id(inst)) or self._backward_entry(inst)
+        return self._run(inst, entry, self.p.infer_from_users)
 
-    def _run(self, inst: Instruction, reads, seen: dict, infer) -> bool:
-        if reads is None:
+    def _run(self, inst: Instruction, entry: list, infer) -> bool:
+        insts = entry[0]
+        if insts is None:
             return infer(inst)
-        insts, cap = reads
         level = self.p.level
+        cap = entry[1]
         cls = level if level < cap else cap
         now = [r.sharding for r in insts]
-        key = id(inst)
-        last = seen.get(key)
-        if last is not None and last[0] == cls and all(map(_is, last[1], now)):
+        if entry[2] == cls and all(map(_is, entry[3], now)):
             self.skipped += 1
             if self.check:
                 self._verify(inst, infer)
             return False
         if infer(inst):
-            seen.pop(key, None)
+            entry[2] = -1
+            entry[3] = None
             return True
         # Nothing changed, so ``now`` is still what the rule read.
-        seen[key] = (cls, now)
+        entry[2] = cls
+        entry[3] = now
         return False
 
     def _verify(self, inst: Instruction, infer) -> None:
