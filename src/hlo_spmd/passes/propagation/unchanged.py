@@ -14,9 +14,9 @@ What a rule reads (keep in sync with ``forward`` / ``backward`` when rules chang
 
 * forward (``infer_from_operands``): the instruction's own sharding and its operands';
   the level through ``can_propagate_at_level`` and ``may_combine`` (0 vs >= 1), and for
-  broadcast its own thresholds (2 and 3).  Rules that read more are never skipped
-  (``FORWARD_READS_MORE``: the dot / convolution lookahead into users, a parameter's
-  caller operands).
+  broadcast its own thresholds (2 and 3).  A parameter of a called computation also
+  reads its caller's operands; dot and convolution also read their lookahead chain of
+  single users (``FORWARD_LOOKAHEAD``, see ``_lookahead_reads``).
 * backward (``infer_from_users``): the instruction's own sharding and its users'; for a
   user whose rule also reads its other operands (anything not in
   ``BACKWARD_READS_USER_ONLY``, e.g. dot, reduce, scatter) every operand of that user;
@@ -37,8 +37,10 @@ from hlo_spmd.passes.propagation import graph as g
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
-# Forward rules that read shardings beyond the instruction's operands.
-FORWARD_READS_MORE = frozenset({"dot", "convolution", "parameter"})
+# Forward rules that read shardings beyond the instruction's operands: dot and
+# convolution look ahead along their single-user chain (``lookahead_user_sharding``),
+# a parameter of a called computation reads its caller's operands.
+FORWARD_LOOKAHEAD = frozenset({"dot", "convolution"})
 # Users whose backward rule reads only the user's sharding (and the operand's own):
 # the elementwise rule and these; every other user also has its operands read.
 BACKWARD_READS_USER_ONLY = frozenset({
@@ -47,6 +49,7 @@ BACKWARD_READS_USER_ONLY = frozenset({
     "outfeed", "gather", "custom-call", "copy"})
 
 _is = operator.is_
+LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
 
 
 def check_enabled() -> bool:
@@ -59,7 +62,7 @@ class UnchangedMemo:
     def __init__(self, p: "Propagator") -> None:
         self.p = p
         self.check = check_enabled()
-        # id(inst) -> [instructions whose shardings the rule reads (None: never skipped),
+        # id(inst) -> [instructions whose shardings the rule reads (LOOKAHEAD: per visit),
         #              level cap, level class of the last no-change run (-1: none),
         #              the shardings it read]
         self._fw: dict[int, list] = {}
@@ -69,10 +72,41 @@ class UnchangedMemo:
     # -- what each rule reads ---------------------------------------------------------------
     def _forward_entry(self, inst: Instruction) -> list:
         op = g.opcode(inst)
-        reads = None if op in FORWARD_READS_MORE else (inst,) + tuple(inst.operands)
+        if op in FORWARD_LOOKAHEAD:
+            reads = LOOKAHEAD
+        else:
+            reads = (inst,) + tuple(inst.operands)
+            owner = self.p.graph.owner(inst) if op == "parameter" else None
+            if owner is not None:
+                reads += tuple(owner.operands)
         entry = [reads, 3 if op == "broadcast" else 1, -1, None]
         self._fw[id(inst)] = entry
         return entry
+
+    def _lookahead_reads(self, inst: Instruction) -> list[Instruction]:
+        """The instruction, its operands, and what ``lookahead_user_sharding`` reads:
+        the single-user chain up to the first sharded user, with the operands of chain
+        members whose backward rule reads them.  The chain depends on shardings only
+        through the members read before each step, so equal shardings element by
+        element (and equal length) mean the same chain."""
+        reads = [inst]
+        reads.extend(inst.operands)
+        users_of = self.p.graph.users_of
+        users = users_of(inst)
+        if len(users) != 1:
+            return reads
+        cur = users[0]
+        while True:
+            reads.append(cur)
+            uop = g.opcode(cur)
+            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(cur)):
+                reads.extend(cur.operands)
+            if cur.sharding is not None:
+                return reads
+            nxt = users_of(cur)
+            if len(nxt) != 1:
+                return reads
+            cur = nxt[0]
 
     def _backward_entry(self, inst: Instruction) -> list:
         reads = [inst]
@@ -102,13 +136,14 @@ class UnchangedMemo:
 
     def _run(self, inst: Instruction, entry: list, infer) -> bool:
         insts = entry[0]
-        if insts is None:
-            return infer(inst)
+        if insts is LOOKAHEAD:
+            insts = self._lookahead_reads(inst)
         level = self.p.level
         cap = entry[1]
         cls = level if level < cap else cap
         now = [r.sharding for r in insts]
-        if entry[2] == cls and all(map(_is, entry[3], now)):
+        last = entry[3]
+        if entry[2] == cls and len(last) == len(now) and all(map(_is, last, now)):
             self.skipped += 1
             if self.check:
                 self._verify(inst, infer)
