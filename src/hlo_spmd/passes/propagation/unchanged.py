@@ -49,6 +49,7 @@ BACKWARD_READS_USER_ONLY = frozenset({
     "outfeed", "gather", "custom-call", "copy"})
 
 _is = operator.is_
+_sharding = operator.attrgetter("sharding")
 LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
 
 
@@ -141,9 +142,9 @@ class UnchangedMemo:
         level = self.p.level
         cap = entry[1]
         cls = level if level < cap else cap
-        now = [r.sharding for r in insts]
         last = entry[3]
-        if entry[2] == cls and len(last) == len(now) and all(map(_is, last, now)):
+        if entry[2] == cls and len(last) == len(insts) and all(map(_is, last,
+                                                                    map(_sharding, insts))):
             self.skipped += 1
             if self.check:
                 self._verify(inst, infer)
@@ -152,9 +153,9 @@ class UnchangedMemo:
             entry[2] = -1
             entry[3] = None
             return True
-        # Nothing changed, so ``now`` is still what the rule read.
+        # Nothing changed: these are the shardings the rule read.
         entry[2] = cls
-        entry[3] = now
+        entry[3] = list(map(_sharding, insts))
         return False
 
     def _verify(self, inst: Instruction, infer) -> None:
