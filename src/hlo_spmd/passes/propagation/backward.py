@@ -51,14 +51,23 @@ ALWAYS_PASS_THROUGH = frozenset({
 def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
                       level: int) -> HloSharding | None:
     """GetShardingFromUser."""
-    if level < p.min_level(user):
+    min_level, rule, _, blocked = p.user_rule(user)
+    if level < min_level:
         return None
     if not sp(user.sharding):
         return None
-    if g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward"):
+    if blocked:
         return None
-    rule = BACKWARD_RULES.get(g.opcode(user), same_shape_rule)
     return rule(p, inst, user)
+
+
+def user_rule(user: Instruction) -> tuple[int, BackRule, str, bool]:
+    """What ``operand_from_user`` needs to know of ``user`` that does not change while
+    shardings move: the level it propagates from, its rule and the rule's provenance
+    name, and whether a Shardy barrier blocks the backward direction."""
+    blocked = g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward")
+    return (propagation_level(user), BACKWARD_RULES.get(g.opcode(user), same_shape_rule),
+            rule_name(user), blocked)
 
 
 def rule_name(user: Instruction) -> str:

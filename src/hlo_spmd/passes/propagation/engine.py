@@ -72,6 +72,7 @@ class Propagator:
         self.unchanged = UnchangedMemo(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
+        self._user_rule: dict[int, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
     def dot_dims(self, inst: Instruction) -> DotDims:
@@ -136,6 +137,14 @@ class Propagator:
                 id(i) for i in self.graph.instructions()
                 if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL))
         return self._boundaries
+
+    def user_rule(self, user: Instruction):
+        """``bw.user_rule`` once per instruction."""
+        key = id(user)
+        r = self._user_rule.get(key)
+        if r is None:
+            r = self._user_rule[key] = bw.user_rule(user)
+        return r
 
     def min_level(self, inst: Instruction) -> int:
         """``bw.propagation_level`` (CanPropagateThroughAtAggressiveLevel), once per
@@ -233,7 +242,7 @@ class Propagator:
                     us = ops.normalize_tuple(us, inst.shape)
                     if us.is_tuple != inst.shape.is_tuple:
                         continue
-                changed |= self.improve(inst, us, bw.rule_name(user), (user,))
+                changed |= self.improve(inst, us, self.user_rule(user)[2], (user,))
         return changed
 
     def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
