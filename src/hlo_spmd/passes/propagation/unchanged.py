@@ -22,11 +22,15 @@ What a rule reads (keep in sync with ``forward`` / ``backward`` when rules chang
   ``BACKWARD_READS_USER_ONLY``, e.g. dot, reduce, scatter) every operand of that user;
   the level as above, with 2 where the instruction or a user is a broadcast.
 
+An inference none of whose reads is sharded yet is not run either: every rule needs a
+sharded neighbour to offer a candidate (except a ``BACKWARD_FROM_NOTHING`` user).
+
 ``HLO_SPMD_CHECK_SKIPS=1`` runs every skipped inference anyway and raises if it would
 have changed a sharding or recorded a new alternative (the tests run every fixture so).
 """
 from __future__ import annotations
 
+import functools
 import operator
 import os
 from typing import TYPE_CHECKING
@@ -48,8 +52,13 @@ BACKWARD_READS_USER_ONLY = frozenset({
     "reshape", "pad", "slice", "transpose", "tuple", "get-tuple-element", "sort", "reverse",
     "outfeed", "gather", "custom-call", "copy"})
 
+# Users whose backward rule gives their operand a sharding from nothing (the rng
+# state of rng-bit-generator is replicated whatever the user's sharding).
+BACKWARD_FROM_NOTHING = frozenset({"rng-bit-generator"})
+
 _is = operator.is_
 _sharding = operator.attrgetter("sharding")
+_is_none = functools.partial(operator.is_, None)
 LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
 
 
@@ -69,6 +78,7 @@ class UnchangedMemo:
         self._fw: dict[int, list] = {}
         self._bw: dict[int, list] = {}
         self.skipped = 0
+        self.trivial = 0
 
     # -- what each rule reads ---------------------------------------------------------------
     def _forward_entry(self, inst: Instruction) -> list:
@@ -80,7 +90,7 @@ class UnchangedMemo:
             owner = self.p.graph.owner(inst) if op == "parameter" else None
             if owner is not None:
                 reads += tuple(owner.operands)
-        entry = [reads, 3 if op == "broadcast" else 1, -1, None]
+        entry = [reads, 3 if op == "broadcast" else 1, -1, None, True]
         self._fw[id(inst)] = entry
         return entry
 
@@ -112,14 +122,17 @@ class UnchangedMemo:
     def _backward_entry(self, inst: Instruction) -> list:
         reads = [inst]
         cap = 2 if g.opcode(inst) == "broadcast" else 1
+        trivial = True
         for user in self.p.graph.users_of(inst):
             reads.append(user)
             uop = g.opcode(user)
             if uop == "broadcast":
                 cap = 2
+            if uop in BACKWARD_FROM_NOTHING:
+                trivial = False
             if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
                 reads.extend(user.operands)
-        entry = [tuple(reads), cap, -1, None]
+        entry = [tuple(reads), cap, -1, None, trivial]
         self._bw[id(inst)] = entry
         return entry
 
@@ -149,13 +162,19 @@ class UnchangedMemo:
             if self.check:
                 self._verify(inst, infer)
             return False
-        if infer(inst):
+        now = list(map(_sharding, insts))
+        if entry[4] and all(map(_is_none, now)):
+            # Nothing sharded to infer from: no rule offers a candidate.
+            self.trivial += 1
+            if self.check:
+                self._verify(inst, infer)
+        elif infer(inst):
             entry[2] = -1
             entry[3] = None
             return True
         # Nothing changed: these are the shardings the rule read.
         entry[2] = cls
-        entry[3] = list(map(_sharding, insts))
+        entry[3] = now
         return False
 
     def _verify(self, inst: Instruction, infer) -> None:
