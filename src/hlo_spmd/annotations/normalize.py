@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from hlo_spmd.annotations import sdy
 from hlo_spmd.errors import ShardingError
@@ -191,8 +191,9 @@ def _target(inst: "Instruction") -> str:
     return inst.custom_call_target if inst.opcode == "custom-call" else ""
 
 
-def _fattrs(inst: "Instruction") -> dict[str, str]:
-    return dict(inst.attrs.frontend_attributes.map)
+def _fattrs(inst: "Instruction") -> Mapping[str, str]:
+    """The frontend attributes, read in place (every caller only reads them)."""
+    return inst.attrs.frontend_attributes.map
 
 
 def _leaf_shapes(shape: "Shape") -> list["Shape"]:
@@ -596,8 +597,8 @@ class _Normalizer:
         fa = _fattrs(inst)
         text = fa.get(ATTR_SHARDING)
         classic = inst.sharding
-        where = self.where(comp, inst)
         if target == SHARDING_TARGET:
+            where = self.where(comp, inst)
             unspec = ()
             if inst.attrs.backend_config:
                 unspec = parse_unspecified_dims(inst.attrs.backend_config, where)
@@ -609,7 +610,7 @@ class _Normalizer:
             if text is None:
                 if classic is None:
                     raise ShardingError(f"{SDY_FUNC_RESULT} custom-call has no {ATTR_SHARDING} "
-                                        "attribute", where)
+                                        "attribute", self.where(comp, inst))
                 self.add(inst, comp, classic, "sdy-func-result")
                 return
             self.annotate(comp, inst, text, classic, "sdy-func-result", ())
@@ -903,11 +904,18 @@ class _Normalizer:
             elif mesh.total_size != count:
                 raise ShardingError(f"mesh @{name} has {mesh.total_size} devices but the module "
                                     f"uses {count}", self.where(comp, inst))
+        # (sharding, shape) pairs already found valid: a training step repeats a few.
+        valid: set[tuple[HloSharding, Shape]] = set()
         for comp in self.module.computations:
             for inst in comp.instructions:
                 s = inst.sharding
                 if s is None:
                     continue
+                key = None
+                if s.named is None and not any(e.named is not None for e in s.tuple_elements):
+                    key = (s, inst.shape)
+                    if key in valid:
+                        continue
                 where = self.where(comp, inst)
                 try:
                     if inst.shape.is_tuple and not s.is_tuple:
@@ -930,6 +938,8 @@ class _Normalizer:
                             if mx >= count:
                                 raise ShardingError(f"sharding {leaf} names device {mx} but the "
                                                     f"module uses {count} devices", where)
+                if key is not None:
+                    valid.add(key)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> AnnotationReport:

@@ -60,11 +60,16 @@ def _memoised(fn: _F) -> _F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             return fn(*args, **kwargs)
-        key = tuple(a if a is None or isinstance(a, (HloSharding, int))
-                    else tuple(int(x) for x in a) for a in args)
-        md = tuple(tuple(e.metadata for e in a.tuple_elements) if a.is_tuple else a.metadata
-                   for a in key if isinstance(a, HloSharding))
-        return cached(key, md)
+        key = []
+        md = []
+        for a in args:
+            if isinstance(a, HloSharding):
+                md.append(tuple(e.metadata for e in a.tuple_elements) if a.is_tuple
+                          else a.metadata)
+            elif not (a is None or isinstance(a, int)):
+                a = tuple(map(int, a))
+            key.append(a)
+        return cached(tuple(key), tuple(md))
     return wrapper  # type: ignore[return-value]
 
 

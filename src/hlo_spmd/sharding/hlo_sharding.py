@@ -16,6 +16,7 @@ equals its tile-form twin: the form is presentation, like metadata.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,16 @@ def _check_devices(ta: TileAssignment) -> None:
     if uniq.size != flat.size:
         dup = int(uniq[np.argmax(counts > 1)])
         raise ShardingError(f"device {dup} appears more than once in tile assignment")
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _sorted_groups_iota(dims: tuple[int, ...], reshape: tuple[int, ...], perm: tuple[int, ...],
+                        group_size: int) -> TileAssignment | None:
+    """The iota tile assignment ``dims`` over ``reshape``/``perm`` with its minor groups
+    of ``group_size`` sorted, or None (memoised: propagation partially replicates the
+    same few tilings over and over; tile assignments are immutable, so one is shared)."""
+    res = _group_minor_iota_dims_sorted(reshape, perm, group_size)
+    return None if res is None else TileAssignment(dims, res[0], res[1])
 
 
 def _group_minor_iota_dims_sorted(dims: tuple[int, ...], perm: tuple[int, ...],
@@ -276,10 +287,9 @@ class HloSharding:
             assert rd is not None and rp is not None
             if rd[rp[-1]] == g:
                 return cls._tiled(ta, True, metadata=metadata)
-            res = _group_minor_iota_dims_sorted(rd, rp, g)
-            if res is not None:
-                return cls._tiled(TileAssignment(ta.dims, res[0], res[1]), True,
-                                  metadata=metadata)
+            grouped = _sorted_groups_iota(ta.dims, rd, rp, g)
+            if grouped is not None:
+                return cls._tiled(grouped, True, metadata=metadata)
         arr = np.sort(ta.array().reshape(-1, g), axis=1).reshape(ta.dims)
         return cls._tiled(TileAssignment.from_array(arr), True, metadata=metadata)
 

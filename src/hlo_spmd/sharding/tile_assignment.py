@@ -41,8 +41,7 @@ def canonicalize_iota(reshape_dims: Sequence[int],
     Memoised on the (int-tuple) spelling: propagation builds the same few tile
     assignments hundreds of thousands of times on a large module.
     """
-    return _canonicalize_iota(tuple(int(d) for d in reshape_dims),
-                              tuple(int(p) for p in transpose_perm))
+    return _canonicalize_iota(tuple(map(int, reshape_dims)), tuple(map(int, transpose_perm)))
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -35,5 +35,9 @@ def reduced(s: HloSharding) -> HloSharding:
 def reduce_all(s: HloSharding) -> HloSharding:
     """``reduced`` on every leaf (tuples too)."""
     if s.is_tuple:
-        return HloSharding.tuple([reduced(e) for e in s.tuple_elements])
+        leaves = s.tuple_elements
+        if (not any(is_unreduced(e) for e in leaves) and not s.metadata
+                and s.named is None and s.shard_group is None):
+            return s  # the rebuilt tuple would hold the same leaves and nothing else
+        return HloSharding.tuple([reduced(e) for e in leaves])
     return reduced(s)

@@ -63,7 +63,7 @@ def partition(module: Module, num_partitions: int | None = None, *,
     if not complete:
         inline_calls(module)  # as XLA does before sharding propagation
         debug_verify(module, "call inlining")
-    normalize_annotations(module)
+    annotations = normalize_annotations(module)
     n = infer_num_partitions(module, num_partitions)
     if not complete:
         try:
@@ -71,7 +71,9 @@ def partition(module: Module, num_partitions: int | None = None, *,
         except ImportError:  # completion not available: unannotated means replicated
             propagate = None
         if propagate is not None:
-            propagate(module)
+            # The report just made: nothing changed the module since (saves a second
+            # normalization pass inside propagate).
+            propagate(module, annotations=annotations)
             debug_verify(module, "sharding completion")
     out, report = partition_module(module, n, options)
     if verify:

@@ -30,12 +30,17 @@ sp = is_spatially_partitioned
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
     """CanPropagateThroughAtAggressiveLevel: pass-through ops always, broadcast from
     level 2, everything else from level 1."""
+    return level >= propagation_level(inst)
+
+
+def propagation_level(inst: Instruction) -> int:
+    """The lowest level at which ``can_propagate_at_level`` holds for ``inst``."""
     op = g.opcode(inst)
     if g.is_elementwise(inst) or op in ALWAYS_PASS_THROUGH:
-        return True
+        return 0
     if op == "broadcast":
-        return level >= 2
-    return level >= 1
+        return 2
+    return 1
 
 
 ALWAYS_PASS_THROUGH = frozenset({
@@ -46,14 +51,23 @@ ALWAYS_PASS_THROUGH = frozenset({
 def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
                       level: int) -> HloSharding | None:
     """GetShardingFromUser."""
-    if not can_propagate_at_level(user, level):
+    min_level, rule, _, blocked = p.user_rule(user)
+    if level < min_level:
         return None
     if not sp(user.sharding):
         return None
-    if g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward"):
+    if blocked:
         return None
-    rule = BACKWARD_RULES.get(g.opcode(user), same_shape_rule)
     return rule(p, inst, user)
+
+
+def user_rule(user: Instruction) -> tuple[int, BackRule, str, bool]:
+    """What ``operand_from_user`` needs to know of ``user`` that does not change while
+    shardings move: the level it propagates from, its rule and the rule's provenance
+    name, and whether a Shardy barrier blocks the backward direction."""
+    blocked = g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward")
+    return (propagation_level(user), BACKWARD_RULES.get(g.opcode(user), same_shape_rule),
+            rule_name(user), blocked)
 
 
 def rule_name(user: Instruction) -> str:
@@ -72,11 +86,12 @@ def same_shape_rule(p: "Propagator", inst: Instruction, user: Instruction) -> Hl
     return None
 
 
-def _index(user: Instruction, inst: Instruction) -> int:
-    for i, op in enumerate(user.operands):
-        if op is inst:
-            return i
-    raise ValueError(f"{inst.name} is not an operand of {user.name}")
+def _index(p: "Propagator", user: Instruction, inst: Instruction) -> int:
+    """The first position of ``inst`` among ``user``'s operands."""
+    positions = p.graph.operand_positions(user, inst)
+    if not positions:
+        raise ValueError(f"{inst.name} is not an operand of {user.name}")
+    return positions[0]
 
 
 def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
@@ -101,11 +116,11 @@ def convolution(p: "Propagator", inst: Instruction, user: Instruction) -> HloSha
     dnums = p.dot_dims(user)
     if dnums.conv_spatial:
         return None
-    return dot_operand(p, user, _index(user, inst), dnums)
+    return dot_operand(p, user, _index(p, user, inst), dnums)
 
 
 def dot(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    return dot_operand(p, user, _index(user, inst), p.dot_dims(user))
+    return dot_operand(p, user, _index(p, user, inst), p.dot_dims(user))
 
 
 def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
@@ -176,7 +191,7 @@ def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloS
     if not any(o is inst for o in user.operands[:n]):
         return None
     if user.shape.is_tuple:
-        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+        return ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst))
     return user.sharding
 
 
@@ -202,12 +217,12 @@ def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
 
 def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     s = user.sharding
-    best = ops.sub_sharding(s, user.shape, _index(user, inst))
-    for i, op in enumerate(user.operands):
-        if op is inst:
-            alt = ops.sub_sharding(s, user.shape, i)
-            if is_finer(alt, best):
-                best = alt
+    positions = p.graph.operand_positions(user, inst)
+    best = ops.sub_sharding(s, user.shape, _index(p, user, inst))
+    for i in positions:
+        alt = ops.sub_sharding(s, user.shape, i)
+        if is_finer(alt, best):
+            best = alt
     return best
 
 
@@ -237,7 +252,7 @@ def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> 
 def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     if inst.shape.rank == 0:
         return None
-    us = ops.sub_sharding(user.sharding, user.shape, _index(user, inst)) \
+    us = ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst)) \
         if user.shape.is_tuple else user.sharding
     if us.is_tiled:
         dims = list(user.attrs.dimensions)
@@ -262,7 +277,7 @@ def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
 
 def sort(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
     if user.sharding.is_tuple:
-        return ops.sub_sharding(user.sharding, user.shape, _index(user, inst))
+        return ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst))
     return user.sharding
 
 

@@ -26,6 +26,7 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.passes.propagation.unchanged import UnchangedMemo
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -66,6 +67,13 @@ class Propagator:
         self.level_iterations: list[int] = []
         self._dims_cache: dict[int, DotDims] = {}
         self.groups = sg.ShardGroups()
+        # Inferences whose inputs are unchanged since they last changed nothing are
+        # skipped, across levels too (see ``unchanged``).
+        self.unchanged = UnchangedMemo(self)
+        self._spatial: dict[tuple[int, bool, bool], bool] = {}
+        self._min_level: dict[int, int] = {}
+        self._user_rule: dict[int, tuple] = {}
+        self._boundaries: frozenset[int] | None = None
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -121,8 +129,42 @@ class Propagator:
         return True
 
     # -- what can be sharded ------------------------------------------------------------------
+    @property
+    def boundaries(self) -> frozenset[int]:
+        """Manual-region boundaries (ids): their operand is re-inferred with them."""
+        if self._boundaries is None:
+            self._boundaries = frozenset(
+                id(i) for i in self.graph.instructions()
+                if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL))
+        return self._boundaries
+
+    def user_rule(self, user: Instruction):
+        """``bw.user_rule`` once per instruction."""
+        key = id(user)
+        r = self._user_rule.get(key)
+        if r is None:
+            r = self._user_rule[key] = bw.user_rule(user)
+        return r
+
+    def min_level(self, inst: Instruction) -> int:
+        """``bw.propagation_level`` (CanPropagateThroughAtAggressiveLevel), once per
+        instruction."""
+        key = id(inst)
+        r = self._min_level.get(key)
+        if r is None:
+            r = self._min_level[key] = bw.propagation_level(inst)
+        return r
+
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
-        """SupportSpatialPartitioning."""
+        """SupportSpatialPartitioning (static once ``setup`` has mapped the computations:
+        asked once per instruction and flags)."""
+        key = (id(inst), to_output, to_params)
+        r = self._spatial.get(key)
+        if r is None:
+            r = self._spatial[key] = self._supports_spatial(inst, to_output, to_params)
+        return r
+
+    def _supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
         if (self.graph.is_root(inst) and self.graph.owner(inst) is None
                 and not (inst is self.graph.entry_root and to_output)):
             return False
@@ -140,7 +182,7 @@ class Propagator:
     # -- forward / backward inference ---------------------------------------------------------
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        if not bw.can_propagate_at_level(inst, self.level):
+        if self.level < self.min_level(inst):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
@@ -200,7 +242,7 @@ class Propagator:
                     us = ops.normalize_tuple(us, inst.shape)
                     if us.is_tuple != inst.shape.is_tuple:
                         continue
-                changed |= self.improve(inst, us, bw.rule_name(user), (user,))
+                changed |= self.improve(inst, us, self.user_rule(user)[2], (user,))
         return changed
 
     def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
@@ -409,6 +451,7 @@ class Propagator:
             for h in changed:
                 clear_cache(h)
 
+        boundaries = self.boundaries
         iterations = 0
         changed_last = True
         while changed_last:
@@ -450,14 +493,13 @@ class Propagator:
                             changed_last = True
                         continue
                     done_ops.add(key)
-                    if self.infer_from_operands(inst):
+                    if self.unchanged.forward(inst):
                         after_change(inst)
                         changed_last = True
                 self.direction = "backward"
                 for inst in reversed(order):
                     key = id(inst)
-                    if (g.is_custom_call(inst, g.FULL_TO_SHARD)
-                            or g.is_custom_call(inst, g.SHARD_TO_FULL)) and key not in done_users:
+                    if key in boundaries and key not in done_users:
                         done_users.discard(id(inst.operands[0]))
                     if key in done_users:
                         continue
@@ -473,7 +515,7 @@ class Propagator:
                             changed_last = True
                         continue
                     done_users.add(key)
-                    if self.infer_from_users(inst):
+                    if self.unchanged.backward(inst):
                         after_change(inst)
                         changed_last = True
             self.iterations += 1

@@ -178,6 +178,9 @@ class Graph:
         # computation -> the while / conditional / call instruction that owns it
         # (the last one in module order wins, as in XLA's map).
         self.computation_map: dict[int, Instruction] = {}
+        # id(user) -> {id(operand): its operand positions}, built on first use.
+        self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
+        self._non_root_users: dict[int, int] = {}
 
     def instructions(self) -> Iterable[Instruction]:
         for comp in self.computations:
@@ -186,14 +189,30 @@ class Graph:
     def users_of(self, inst: Instruction) -> list[Instruction]:
         return self.users.get(id(inst), [])
 
+    def operand_positions(self, user: Instruction, inst: Instruction) -> tuple[int, ...]:
+        """Where ``inst`` is an operand of ``user`` (in order), without scanning the
+        operands per question: a wide tuple asks once per operand."""
+        table = self._positions.get(id(user))
+        if table is None:
+            built: dict[int, list[int]] = {}
+            for i, op in enumerate(user.operands):
+                built.setdefault(id(op), []).append(i)
+            table = {k: tuple(v) for k, v in built.items()}
+            self._positions[id(user)] = table
+        return table.get(id(inst), ())
+
     def callers(self, comp: object) -> list[Instruction]:
         return self.callers_of.get(id(comp), [])
 
     def non_root_users(self, inst: Instruction) -> int:
-        """ComputeNonRootUsers: users other than the computation's root."""
-        users = self.users_of(inst)
-        root = inst.parent.root if inst.parent is not None else None
-        return len(users) - sum(1 for u in users if u is root)
+        """ComputeNonRootUsers: users other than the computation's root (counted once
+        per instruction)."""
+        n = self._non_root_users.get(id(inst))
+        if n is None:
+            users = self.users_of(inst)
+            root = inst.parent.root if inst.parent is not None else None
+            n = self._non_root_users[id(inst)] = len(users) - sum(1 for u in users if u is root)
+        return n
 
     def is_root(self, inst: Instruction) -> bool:
         return inst.parent is not None and inst.parent.root is inst

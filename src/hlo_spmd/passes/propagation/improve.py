@@ -34,12 +34,12 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
         return Verdict(None, pv.MANUAL)
     if candidate.is_tuple != current.is_tuple:
         return Verdict(None, pv.INCOMPATIBLE)
-    tiles = None if candidate.is_tuple else candidate.num_tiles
     ok, merged = merge_sharding(current, candidate, may_combine_partial)
     if not ok:
         return Verdict(None, pv.NOT_FINER)
+    # (candidate and current are both tuples or both not, from here on)
     if (not allow_aggressive and not shape.is_tuple and not current.is_tile_maximal
-            and not current.is_tuple and merged.num_tiles == tiles):
+            and not current.is_tuple and merged.num_tiles == candidate.num_tiles):
         if not is_subtiling(merged, current, shape.dims):
             return Verdict(None, pv.INCOMPATIBLE)
     return Verdict(merged, "")

@@ -1,0 +1,192 @@
+"""Skipping inferences whose inputs have not changed since they last changed nothing.
+
+XLA's RunToFixPoint re-infers every instruction at every aggressiveness level (its
+``already_inferred_from_*`` caches live for one level).  Most of those re-inferences see
+exactly the shardings they saw at the previous level and, where the level does not
+enter their rules, change nothing again.  This memo remembers, per instruction and
+direction, the inputs of the last inference that returned "no change": the identity
+of every sharding the rule reads and the part of the level the rule depends on.  When
+the same inputs come back, the inference is skipped: it would return False again and
+offer the same rejected candidates, which the recorder already holds (it keeps one
+copy of each), so shardings and provenance are exactly those of running it.
+
+What a rule reads (keep in sync with ``forward`` / ``backward`` when rules change):
+
+* forward (``infer_from_operands``): the instruction's own sharding and its operands';
+  the level through ``can_propagate_at_level`` and ``may_combine`` (0 vs >= 1), and for
+  broadcast its own thresholds (2 and 3).  A parameter of a called computation also
+  reads its caller's operands; dot and convolution also read their lookahead chain of
+  single users (``FORWARD_LOOKAHEAD``, see ``_lookahead_reads``).
+* backward (``infer_from_users``): the instruction's own sharding and its users'; for a
+  user whose rule also reads its other operands (anything not in
+  ``BACKWARD_READS_USER_ONLY``, e.g. dot, reduce, scatter) every operand of that user;
+  the level as above, with 2 where the instruction or a user is a broadcast.
+
+An inference none of whose reads is sharded yet is not run either: every rule needs a
+sharded neighbour to offer a candidate (except a ``BACKWARD_FROM_NOTHING`` user).
+
+``HLO_SPMD_CHECK_SKIPS=1`` runs every skipped inference anyway and raises if it would
+have changed a sharding or recorded a new alternative (the tests run every fixture so).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import os
+from typing import TYPE_CHECKING
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.propagation import graph as g
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.propagation.engine import Propagator
+
+# Forward rules that read shardings beyond the instruction's operands: dot and
+# convolution look ahead along their single-user chain (``lookahead_user_sharding``),
+# a parameter of a called computation reads its caller's operands.
+FORWARD_LOOKAHEAD = frozenset({"dot", "convolution"})
+# Users whose backward rule reads only the user's sharding (and the operand's own):
+# the elementwise rule and these; every other user also has its operands read.
+BACKWARD_READS_USER_ONLY = frozenset({
+    "broadcast", "concatenate", "dynamic-slice", "dynamic-update-slice", "reduce-window",
+    "reshape", "pad", "slice", "transpose", "tuple", "get-tuple-element", "sort", "reverse",
+    "outfeed", "gather", "custom-call", "copy"})
+
+# Users whose backward rule gives their operand a sharding from nothing (the rng
+# state of rng-bit-generator is replicated whatever the user's sharding).
+BACKWARD_FROM_NOTHING = frozenset({"rng-bit-generator"})
+
+_is = operator.is_
+_sharding = operator.attrgetter("sharding")
+_is_none = functools.partial(operator.is_, None)
+LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
+
+
+def check_enabled() -> bool:
+    return os.environ.get("HLO_SPMD_CHECK_SKIPS", "") not in ("", "0")
+
+
+class UnchangedMemo:
+    """Inputs of the last no-change inference per instruction, for one propagation run."""
+
+    def __init__(self, p: "Propagator") -> None:
+        self.p = p
+        self.check = check_enabled()
+        # id(inst) -> [instructions whose shardings the rule reads (LOOKAHEAD: per visit),
+        #              level cap, level class of the last no-change run (-1: none),
+        #              the shardings it read]
+        self._fw: dict[int, list] = {}
+        self._bw: dict[int, list] = {}
+        self.skipped = 0
+        self.trivial = 0
+
+    # -- what each rule reads ---------------------------------------------------------------
+    def _forward_entry(self, inst: Instruction) -> list:
+        op = g.opcode(inst)
+        if op in FORWARD_LOOKAHEAD:
+            reads = LOOKAHEAD
+        else:
+            reads = (inst,) + tuple(inst.operands)
+            owner = self.p.graph.owner(inst) if op == "parameter" else None
+            if owner is not None:
+                reads += tuple(owner.operands)
+        entry = [reads, 3 if op == "broadcast" else 1, -1, None, True]
+        self._fw[id(inst)] = entry
+        return entry
+
+    def _lookahead_reads(self, inst: Instruction) -> list[Instruction]:
+        """The instruction, its operands, and what ``lookahead_user_sharding`` reads:
+        the single-user chain up to the first sharded user, with the operands of chain
+        members whose backward rule reads them.  The chain depends on shardings only
+        through the members read before each step, so equal shardings element by
+        element (and equal length) mean the same chain."""
+        reads = [inst]
+        reads.extend(inst.operands)
+        users_of = self.p.graph.users_of
+        users = users_of(inst)
+        if len(users) != 1:
+            return reads
+        cur = users[0]
+        while True:
+            reads.append(cur)
+            uop = g.opcode(cur)
+            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(cur)):
+                reads.extend(cur.operands)
+            if cur.sharding is not None:
+                return reads
+            nxt = users_of(cur)
+            if len(nxt) != 1:
+                return reads
+            cur = nxt[0]
+
+    def _backward_entry(self, inst: Instruction) -> list:
+        reads = [inst]
+        cap = 2 if g.opcode(inst) == "broadcast" else 1
+        trivial = True
+        for user in self.p.graph.users_of(inst):
+            reads.append(user)
+            uop = g.opcode(user)
+            if uop == "broadcast":
+                cap = 2
+            if uop in BACKWARD_FROM_NOTHING:
+                trivial = False
+            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
+                reads.extend(user.operands)
+        entry = [tuple(reads), cap, -1, None, trivial]
+        self._bw[id(inst)] = entry
+        return entry
+
+    # -- the memo ---------------------------------------------------------------------------
+    def forward(self, inst: Instruction) -> bool:
+        """``infer_from_operands(inst)``, skipped when its inputs are those of its last
+        no-change run."""
+        entry = self._fw.get(id(inst)) or self._forward_entry(inst)
+        return self._run(inst, entry, self.p.infer_from_operands)
+
+    def backward(self, inst: Instruction) -> bool:
+        """``infer_from_users(inst)``, likewise."""
+        entry = self._bw.get(id(inst)) or self._backward_entry(inst)
+        return self._run(inst, entry, self.p.infer_from_users)
+
+    def _run(self, inst: Instruction, entry: list, infer) -> bool:
+        insts = entry[0]
+        if insts is LOOKAHEAD:
+            insts = self._lookahead_reads(inst)
+        level = self.p.level
+        cap = entry[1]
+        cls = level if level < cap else cap
+        last = entry[3]
+        if entry[2] == cls and len(last) == len(insts) and all(map(_is, last,
+                                                                    map(_sharding, insts))):
+            self.skipped += 1
+            if self.check:
+                self._verify(inst, infer)
+            return False
+        now = list(map(_sharding, insts))
+        if entry[4] and all(map(_is_none, now)):
+            # Nothing sharded to infer from: no rule offers a candidate.
+            self.trivial += 1
+            if self.check:
+                self._verify(inst, infer)
+        elif infer(inst):
+            entry[2] = -1
+            entry[3] = None
+            return True
+        # Nothing changed: these are the shardings the rule read.
+        entry[2] = cls
+        entry[3] = now
+        return False
+
+    def _verify(self, inst: Instruction, infer) -> None:
+        from hlo_spmd.errors import HloSpmdError
+
+        before = inst.sharding
+        d = self.p.rec.decisions.get(inst.name)
+        alts = None if d is None else len(d.alternatives)
+        changed = infer(inst)
+        d = self.p.rec.decisions.get(inst.name)
+        if changed or inst.sharding is not before or \
+                (None if d is None else len(d.alternatives)) != alts:
+            raise HloSpmdError(f"propagation skipped an inference of {inst.name} "
+                               f"({inst.opcode}) that changes something at level "
+                               f"{self.p.level}")
