@@ -46,7 +46,7 @@ def copy_module(module: Module) -> Module:
     """A deep copy (through the lossless proto form)."""
     from hlo_spmd.ir.proto_io import module_from_proto, module_to_proto
 
-    copy = module_from_proto(module_to_proto(module), module.name)
+    copy = module_from_proto(module_to_proto(module), module.name, consume=True)
     copy.config = dict(module.config) if isinstance(module.config, dict) else module.config
     return copy
 

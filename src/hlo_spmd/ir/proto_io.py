@@ -90,17 +90,23 @@ def sharding_to_proto(sharding: Any) -> Any:
 
 
 # -- module ---------------------------------------------------------------------------------
-def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> Module:
+def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
+                      consume: bool = False) -> Module:
+    """The IR of ``msg``. With ``consume`` the message is taken over rather than copied:
+    each instruction's own proto becomes its ``attrs`` (owned fields cleared in place),
+    and likewise for computations and the module, so a load makes no per-instruction
+    copies. Only for a message nobody else uses (e.g. one just parsed)."""
     module = Module(msg.name)
     module.id = msg.id
-    attrs = hlo_pb2.HloModuleProto()
-    attrs.CopyFrom(msg)
-    for f in _MODULE_OWNED:
-        attrs.ClearField(f)
-    module.attrs = attrs
+    if not consume:
+        attrs = hlo_pb2.HloModuleProto()
+        attrs.CopyFrom(msg)
+        for f in _MODULE_OWNED:
+            attrs.ClearField(f)
+        module.attrs = attrs
 
     by_id: dict[int, Computation] = {}
-    pending: list[tuple[Instruction, hlo_pb2.HloInstructionProto]] = []
+    pending: list[tuple[Instruction, list[int]]] = []
     # One Shape / HloSharding per distinct proto (serialized bytes) of this load.
     shapes: dict[bytes, Shape] = {}
     shardings: dict[bytes, Any] = {}
@@ -110,11 +116,12 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
         comp.module = module
         comp.is_fusion_computation = cmsg.is_fusion_computation
         comp.execution_thread = cmsg.execution_thread
-        cattrs = hlo_pb2.HloComputationProto()
-        cattrs.CopyFrom(cmsg)
-        for f in _COMPUTATION_OWNED:
-            cattrs.ClearField(f)
-        comp.attrs = cattrs
+        if not consume:
+            cattrs = hlo_pb2.HloComputationProto()
+            cattrs.CopyFrom(cmsg)
+            for f in _COMPUTATION_OWNED:
+                cattrs.ClearField(f)
+            comp.attrs = cattrs
         if cmsg.id in by_id:
             raise InputError(f"duplicate computation id {cmsg.id}", f"{source}: computation {cmsg.name}")
         by_id[cmsg.id] = comp
@@ -123,9 +130,12 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
 
         local: dict[int, Instruction] = {}
         for imsg in cmsg.instructions:
-            attrs_i = hlo_pb2.HloInstructionProto()
-            attrs_i.CopyFrom(imsg)
-            clear_owned(attrs_i)
+            if consume:
+                attrs_i = imsg  # owned fields are cleared below, once read
+            else:
+                attrs_i = hlo_pb2.HloInstructionProto()
+                attrs_i.CopyFrom(imsg)
+                clear_owned(attrs_i)
             inst = Instruction(imsg.opcode, shape_from_proto(imsg.shape, shapes), (), imsg.name,
                                attrs_i)
             inst.id = iid = imsg.id
@@ -138,6 +148,7 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
                     sharding = shardings[key] = sharding_from_proto(
                         smsg, _where(source, cmsg, imsg))
                 inst.sharding = sharding
+                # A cleared field's message stays valid (detached) in the kept reference.
                 inst.source_sharding = (sharding, smsg)
             if iid in local:
                 raise InputError(f"duplicate instruction id {iid}", _where(source, cmsg, imsg))
@@ -150,9 +161,12 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
                 raise InputError(f"operand id {e.args[0]} is not defined before use",
                                  _where(source, cmsg, imsg)) from None
             comp.instructions.append(inst)
-            pending.append((inst, imsg))
+            if imsg.called_computation_ids:
+                pending.append((inst, list(imsg.called_computation_ids)))
             module.note_instruction_id(iid)
             module.reserve_name(imsg.name)
+            if consume:
+                clear_owned(imsg)
         if cmsg.root_id not in local:
             if not cmsg.instructions:
                 raise InputError("computation has no instructions", f"{source}: computation {cmsg.name}")
@@ -161,11 +175,9 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
         comp.root = local[cmsg.root_id]
         module.computations.append(comp)
 
-    for inst, imsg in pending:
-        if not imsg.called_computation_ids:
-            continue
+    for inst, called_ids in pending:
         try:
-            inst.called_computations = [by_id[i] for i in imsg.called_computation_ids]
+            inst.called_computations = [by_id[i] for i in called_ids]
         except KeyError as e:
             raise InputError(f"called computation id {e.args[0]} does not exist",
                              f"{source}: instruction {inst.name}") from None
@@ -176,6 +188,16 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
     if entry is None:
         raise InputError("module has no entry computation", source)
     module.entry = entry
+    if consume:
+        # Detach the computation messages (and through them the instructions' attrs)
+        # before clearing the module's owned fields: the kept references stay valid.
+        for comp, cmsg in zip(module.computations, msg.computations):
+            for f in _COMPUTATION_OWNED:
+                cmsg.ClearField(f)
+            comp.attrs = cmsg
+        for f in _MODULE_OWNED:
+            msg.ClearField(f)
+        module.attrs = msg
     return module
 
 
