@@ -75,6 +75,8 @@ class PartitionResult:
 def annotate(module: Module, mesh: Any = None, shard: Any = None) -> Module:
     """Apply ``mesh`` / ``shard`` annotations (see :mod:`hlo_spmd.annotations.cli_spec`)
     to ``module`` in place. Without ``mesh``, the module's own Shardy mesh is used."""
+    if mesh is None and not shard:
+        return module  # nothing to apply: skip importing the spec parser
     from hlo_spmd.annotations.cli_spec import (apply_shards, as_shard_specs, module_mesh,
                                                parse_mesh)
 
