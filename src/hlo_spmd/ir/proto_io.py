@@ -214,16 +214,26 @@ def _program_shape(comp: Computation) -> xla_data_pb2.ProgramShapeProto:
     return ps
 
 
-def instruction_to_proto(inst: Instruction,
-                         p: hlo_pb2.HloInstructionProto | None = None) -> hlo_pb2.HloInstructionProto:
+def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | None = None,
+                         shape_protos: dict | None = None) -> hlo_pb2.HloInstructionProto:
     """``inst`` as a proto; written into ``p`` (an empty message, e.g. a fresh element of
-    a computation's repeated field, saving a second copy) when given."""
+    a computation's repeated field, saving a second copy) when given. ``shape_protos``
+    (Shape value -> ShapeProto, one per save) builds each distinct new shape once."""
     if p is None:
         p = hlo_pb2.HloInstructionProto()
     p.CopyFrom(inst.attrs)
     p.name = inst.name
     p.opcode = inst.opcode
-    p.shape.CopyFrom(shape_to_proto(inst.shape))
+    shape = inst.shape
+    if shape.source_proto is not None:
+        p.shape.CopyFrom(shape.source_proto)
+    elif shape_protos is not None:
+        sp = shape_protos.get(shape)
+        if sp is None:
+            sp = shape_protos[shape] = shape_to_proto(shape)
+        p.shape.CopyFrom(sp)
+    else:
+        p.shape.CopyFrom(shape_to_proto(shape))
     p.id = inst.id
     p.operand_ids.extend(o.id for o in inst.operands)
     p.control_predecessor_ids.extend(o.id for o in inst.control_predecessors)
@@ -241,6 +251,7 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
     if module.attrs is not None:
         out.CopyFrom(module.attrs)
     shapes: dict[bytes, Shape] = {}  # for comparing program shapes
+    shape_protos: dict[Shape, xla_data_pb2.ShapeProto] = {}  # new shapes, built once
     out.name = module.name
     out.id = module.id
     out.entry_computation_name = module.entry.name
@@ -256,7 +267,7 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         c.execution_thread = comp.execution_thread
         add = c.instructions.add
         for inst in comp.instructions:
-            instruction_to_proto(inst, add())
+            instruction_to_proto(inst, add(), shape_protos)
         _update_program_shape(c.program_shape, _program_shape(comp), c.HasField("program_shape"),
                               shapes)
     _update_program_shape(out.host_program_shape, _program_shape(module.entry),
