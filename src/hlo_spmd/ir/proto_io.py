@@ -218,7 +218,7 @@ def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | Non
                          shape_protos: dict | None = None) -> hlo_pb2.HloInstructionProto:
     """``inst`` as a proto; written into ``p`` (an empty message, e.g. a fresh element of
     a computation's repeated field, saving a second copy) when given. ``shape_protos``
-    (Shape value -> ShapeProto, one per save) builds each distinct new shape once."""
+    (Shape value -> ShapeProto, one per save) builds each distinct new array shape once."""
     if p is None:
         p = hlo_pb2.HloInstructionProto()
     p.CopyFrom(inst.attrs)
@@ -227,7 +227,9 @@ def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | Non
     shape = inst.shape
     if shape.source_proto is not None:
         p.shape.CopyFrom(shape.source_proto)
-    elif shape_protos is not None:
+    elif shape_protos is not None and not shape.tuple_shapes:
+        # Only leaves: a tuple's bytes also depend on its children's source protos,
+        # which equality ignores.
         sp = shape_protos.get(shape)
         if sp is None:
             sp = shape_protos[shape] = shape_to_proto(shape)
