@@ -5,6 +5,7 @@ partial output file (the library writes atomically).
 """
 from __future__ import annotations
 
+import gc
 import os
 
 import click
@@ -52,7 +53,16 @@ def _register() -> None:
     from hlo_spmd_cli import commands  # noqa: F401  (commands attach themselves to `cli`)
 
 
+# The process builds one large, long-lived object graph (the module, its protos, the
+# partitioned copy) and frees little: with Python's default thresholds the cyclic
+# collector rescans that whole heap again and again as it grows (on a 100k-instruction
+# module, 14 full collections took ~4 s of a ~40 s run). Young collections every 50k
+# allocations instead of 700 keep cycle collection while making full scans rare.
+_GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def main() -> None:
+    gc.set_threshold(*_GC_THRESHOLDS)
     _register()
     cli.main(prog_name="hlo-spmd")
 

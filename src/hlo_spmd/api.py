@@ -46,7 +46,7 @@ def copy_module(module: Module) -> Module:
     """A deep copy (through the lossless proto form)."""
     from hlo_spmd.ir.proto_io import module_from_proto, module_to_proto
 
-    copy = module_from_proto(module_to_proto(module), module.name)
+    copy = module_from_proto(module_to_proto(module), module.name, consume=True)
     copy.config = dict(module.config) if isinstance(module.config, dict) else module.config
     return copy
 
@@ -75,6 +75,8 @@ class PartitionResult:
 def annotate(module: Module, mesh: Any = None, shard: Any = None) -> Module:
     """Apply ``mesh`` / ``shard`` annotations (see :mod:`hlo_spmd.annotations.cli_spec`)
     to ``module`` in place. Without ``mesh``, the module's own Shardy mesh is used."""
+    if mesh is None and not shard:
+        return module  # nothing to apply: skip importing the spec parser
     from hlo_spmd.annotations.cli_spec import (apply_shards, as_shard_specs, module_mesh,
                                                parse_mesh)
 

@@ -109,7 +109,7 @@ def build_report(out: Module, causes: Any = None, num_devices: int | None = None
     from hlo_spmd.passes.partition.causes import CAUSES
     from hlo_spmd.stats import module_stats
 
-    stats = module_stats(out, num_devices)
+    stats = module_stats(out, num_devices, memory=False)  # the report lists collectives
     insts = _find(out)
     trips = loop_trips(out)
     entries = []

@@ -228,10 +228,13 @@ def _largest_array(comps: Sequence[Computation]) -> ArrayInfo | None:
 
 
 # -- the entry point --------------------------------------------------------------------------
-def module_stats(module: Module, num_devices: int | None = None) -> ModuleStats:
+def module_stats(module: Module, num_devices: int | None = None, *,
+                 memory: bool = True) -> ModuleStats:
     """Collective and memory statistics of a per-device module. ``num_devices`` resolves
     empty replica groups (default: the module's ``num_partitions`` when known, else the
-    largest device id named by any collective, plus one)."""
+    largest device id named by any collective, plus one). ``memory=False`` skips the
+    memory figures (peak live bytes and largest array are left 0 / None) for callers
+    that only read the collectives, as ``partition``'s report does."""
     comps, loop = _reachable(module)
     if num_devices is None:
         num_devices = _infer_num_devices(module, comps)
@@ -253,6 +256,8 @@ def module_stats(module: Module, num_devices: int | None = None) -> ModuleStats:
             if in_loop:
                 s.count_in_loops += 1
                 s.bytes_in_loops += cost.bytes_per_device
+    if not memory:
+        return ModuleStats(module.name, num_devices, summaries, records, None, 0, count)
     peak = _peak(module.entry, True, {}) if module.entry is not None else 0
     return ModuleStats(module.name, num_devices, summaries, records, _largest_array(comps),
                        peak, count)

@@ -103,10 +103,16 @@ def clear_owned(proto: hlo_pb2.HloInstructionProto) -> hlo_pb2.HloInstructionPro
 def iter_operand_users(instructions: Iterable[Instruction]) -> dict[int, list[Instruction]]:
     """id(instruction) -> users in program order, each user once."""
     users: dict[int, list[Instruction]] = {}
+    get = users.get
     for inst in instructions:
-        seen: set[int] = set()
-        for op in inst.operands:
-            if id(op) not in seen:
-                seen.add(id(op))
-                users.setdefault(id(op), []).append(inst)
+        ops = inst.operands
+        if len(ops) > 1:
+            # Instructions hash by identity: dict.fromkeys keeps the first of each, in order.
+            ops = dict.fromkeys(ops)
+        for op in ops:
+            lst = get(id(op))
+            if lst is None:
+                users[id(op)] = [inst]
+            else:
+                lst.append(inst)
     return users

@@ -74,7 +74,7 @@ def load_module_bytes(data: bytes, source: str = "<bytes>") -> Module:
         except UnicodeDecodeError as e:
             raise InputError(f"HLO text is not valid UTF-8 (byte {e.start})", source) from None
         return parse_module(text, source)
-    return module_from_proto(decode_module_proto(data, source), source)
+    return module_from_proto(decode_module_proto(data, source), source, consume=True)
 
 
 def load_module(path: str | os.PathLike, verify: bool = False) -> Module:

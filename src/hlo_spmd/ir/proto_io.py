@@ -19,12 +19,25 @@ _COMPUTATION_OWNED = ("name", "instructions", "id", "root_id", "is_fusion_comput
 
 
 # -- shapes ---------------------------------------------------------------------------------
-def shape_from_proto(msg: xla_data_pb2.ShapeProto) -> Shape:
+def shape_from_proto(msg: xla_data_pb2.ShapeProto, cache: dict | None = None) -> Shape:
+    """The IR shape of ``msg``. With ``cache`` (serialized bytes -> Shape, one per load),
+    equal protos give one shared Shape: shapes are immutable values, and a module repeats
+    few distinct shapes over many instructions."""
+    if cache is not None:
+        key = msg.SerializeToString()
+        shape = cache.get(key)
+        if shape is None:
+            shape = cache[key] = _shape_from_proto(msg, cache)
+        return shape
+    return _shape_from_proto(msg, None)
+
+
+def _shape_from_proto(msg: xla_data_pb2.ShapeProto, cache: dict | None) -> Shape:
     try:
         element_type = PrimitiveType(msg.element_type)
     except ValueError:
         raise InputError(f"unknown element type {msg.element_type}") from None
-    children = tuple(shape_from_proto(c) for c in msg.tuple_shapes)
+    children = tuple(shape_from_proto(c, cache) for c in msg.tuple_shapes)
     layout = None
     if msg.HasField("layout"):
         lp = msg.layout
@@ -77,28 +90,38 @@ def sharding_to_proto(sharding: Any) -> Any:
 
 
 # -- module ---------------------------------------------------------------------------------
-def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> Module:
+def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
+                      consume: bool = False) -> Module:
+    """The IR of ``msg``. With ``consume`` the message is taken over rather than copied:
+    each instruction's own proto becomes its ``attrs`` (owned fields cleared in place),
+    and likewise for computations and the module, so a load makes no per-instruction
+    copies. Only for a message nobody else uses (e.g. one just parsed)."""
     module = Module(msg.name)
     module.id = msg.id
-    attrs = hlo_pb2.HloModuleProto()
-    attrs.CopyFrom(msg)
-    for f in _MODULE_OWNED:
-        attrs.ClearField(f)
-    module.attrs = attrs
+    if not consume:
+        attrs = hlo_pb2.HloModuleProto()
+        attrs.CopyFrom(msg)
+        for f in _MODULE_OWNED:
+            attrs.ClearField(f)
+        module.attrs = attrs
 
     by_id: dict[int, Computation] = {}
-    pending: list[tuple[Instruction, hlo_pb2.HloInstructionProto]] = []
+    pending: list[tuple[Instruction, list[int]]] = []
+    # One Shape / HloSharding per distinct proto (serialized bytes) of this load.
+    shapes: dict[bytes, Shape] = {}
+    shardings: dict[bytes, Any] = {}
     for cmsg in msg.computations:
         comp = Computation(cmsg.name)
         comp.id = cmsg.id
         comp.module = module
         comp.is_fusion_computation = cmsg.is_fusion_computation
         comp.execution_thread = cmsg.execution_thread
-        cattrs = hlo_pb2.HloComputationProto()
-        cattrs.CopyFrom(cmsg)
-        for f in _COMPUTATION_OWNED:
-            cattrs.ClearField(f)
-        comp.attrs = cattrs
+        if not consume:
+            cattrs = hlo_pb2.HloComputationProto()
+            cattrs.CopyFrom(cmsg)
+            for f in _COMPUTATION_OWNED:
+                cattrs.ClearField(f)
+            comp.attrs = cattrs
         if cmsg.id in by_id:
             raise InputError(f"duplicate computation id {cmsg.id}", f"{source}: computation {cmsg.name}")
         by_id[cmsg.id] = comp
@@ -107,28 +130,43 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
 
         local: dict[int, Instruction] = {}
         for imsg in cmsg.instructions:
-            where = f"{source}: computation {cmsg.name}, instruction {imsg.name or imsg.id}"
-            attrs_i = hlo_pb2.HloInstructionProto()
-            attrs_i.CopyFrom(imsg)
-            clear_owned(attrs_i)
-            inst = Instruction(imsg.opcode, shape_from_proto(imsg.shape), (), imsg.name, attrs_i)
-            inst.id = imsg.id
+            if consume:
+                attrs_i = imsg  # owned fields are cleared below, once read
+            else:
+                attrs_i = hlo_pb2.HloInstructionProto()
+                attrs_i.CopyFrom(imsg)
+                clear_owned(attrs_i)
+            inst = Instruction(imsg.opcode, shape_from_proto(imsg.shape, shapes), (), imsg.name,
+                               attrs_i)
+            inst.id = iid = imsg.id
             inst.parent = comp
             if imsg.HasField("sharding"):
-                inst.sharding = sharding_from_proto(imsg.sharding, where)
-                inst.source_sharding = (inst.sharding, imsg.sharding)
-            if imsg.id in local:
-                raise InputError(f"duplicate instruction id {imsg.id}", where)
-            local[imsg.id] = inst
+                smsg = imsg.sharding
+                key = smsg.SerializeToString()
+                sharding = shardings.get(key)
+                if sharding is None:
+                    sharding = shardings[key] = sharding_from_proto(
+                        smsg, _where(source, cmsg, imsg))
+                inst.sharding = sharding
+                # A cleared field's message stays valid (detached) in the kept reference.
+                inst.source_sharding = (sharding, smsg)
+            if iid in local:
+                raise InputError(f"duplicate instruction id {iid}", _where(source, cmsg, imsg))
+            local[iid] = inst
             try:
                 inst.operands = [local[i] for i in imsg.operand_ids]
-                inst.control_predecessors = [local[i] for i in imsg.control_predecessor_ids]
+                if imsg.control_predecessor_ids:
+                    inst.control_predecessors = [local[i] for i in imsg.control_predecessor_ids]
             except KeyError as e:
-                raise InputError(f"operand id {e.args[0]} is not defined before use", where) from None
+                raise InputError(f"operand id {e.args[0]} is not defined before use",
+                                 _where(source, cmsg, imsg)) from None
             comp.instructions.append(inst)
-            pending.append((inst, imsg))
-            module.note_instruction_id(imsg.id)
+            if imsg.called_computation_ids:
+                pending.append((inst, list(imsg.called_computation_ids)))
+            module.note_instruction_id(iid)
             module.reserve_name(imsg.name)
+            if consume:
+                clear_owned(imsg)
         if cmsg.root_id not in local:
             if not cmsg.instructions:
                 raise InputError("computation has no instructions", f"{source}: computation {cmsg.name}")
@@ -137,9 +175,9 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
         comp.root = local[cmsg.root_id]
         module.computations.append(comp)
 
-    for inst, imsg in pending:
+    for inst, called_ids in pending:
         try:
-            inst.called_computations = [by_id[i] for i in imsg.called_computation_ids]
+            inst.called_computations = [by_id[i] for i in called_ids]
         except KeyError as e:
             raise InputError(f"called computation id {e.args[0]} does not exist",
                              f"{source}: instruction {inst.name}") from None
@@ -150,7 +188,21 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>") -> M
     if entry is None:
         raise InputError("module has no entry computation", source)
     module.entry = entry
+    if consume:
+        # Detach the computation messages (and through them the instructions' attrs)
+        # before clearing the module's owned fields: the kept references stay valid.
+        for comp, cmsg in zip(module.computations, msg.computations):
+            for f in _COMPUTATION_OWNED:
+                cmsg.ClearField(f)
+            comp.attrs = cmsg
+        for f in _MODULE_OWNED:
+            msg.ClearField(f)
+        module.attrs = msg
     return module
+
+
+def _where(source: str, cmsg: Any, imsg: Any) -> str:
+    return f"{source}: computation {cmsg.name}, instruction {imsg.name or imsg.id}"
 
 
 def _program_shape(comp: Computation) -> xla_data_pb2.ProgramShapeProto:
@@ -162,12 +214,28 @@ def _program_shape(comp: Computation) -> xla_data_pb2.ProgramShapeProto:
     return ps
 
 
-def instruction_to_proto(inst: Instruction) -> hlo_pb2.HloInstructionProto:
-    p = hlo_pb2.HloInstructionProto()
+def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | None = None,
+                         shape_protos: dict | None = None) -> hlo_pb2.HloInstructionProto:
+    """``inst`` as a proto; written into ``p`` (an empty message, e.g. a fresh element of
+    a computation's repeated field, saving a second copy) when given. ``shape_protos``
+    (Shape value -> ShapeProto, one per save) builds each distinct new array shape once."""
+    if p is None:
+        p = hlo_pb2.HloInstructionProto()
     p.CopyFrom(inst.attrs)
     p.name = inst.name
     p.opcode = inst.opcode
-    p.shape.CopyFrom(shape_to_proto(inst.shape))
+    shape = inst.shape
+    if shape.source_proto is not None:
+        p.shape.CopyFrom(shape.source_proto)
+    elif shape_protos is not None and not shape.tuple_shapes:
+        # Only leaves: a tuple's bytes also depend on its children's source protos,
+        # which equality ignores.
+        sp = shape_protos.get(shape)
+        if sp is None:
+            sp = shape_protos[shape] = shape_to_proto(shape)
+        p.shape.CopyFrom(sp)
+    else:
+        p.shape.CopyFrom(shape_to_proto(shape))
     p.id = inst.id
     p.operand_ids.extend(o.id for o in inst.operands)
     p.control_predecessor_ids.extend(o.id for o in inst.control_predecessors)
@@ -184,6 +252,8 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
     out = hlo_pb2.HloModuleProto()
     if module.attrs is not None:
         out.CopyFrom(module.attrs)
+    shapes: dict[bytes, Shape] = {}  # for comparing program shapes
+    shape_protos: dict[Shape, xla_data_pb2.ShapeProto] = {}  # new shapes, built once
     out.name = module.name
     out.id = module.id
     out.entry_computation_name = module.entry.name
@@ -197,23 +267,29 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         c.root_id = comp.root.id
         c.is_fusion_computation = comp.is_fusion_computation
         c.execution_thread = comp.execution_thread
-        c.instructions.extend(instruction_to_proto(i) for i in comp.instructions)
-        _update_program_shape(c.program_shape, _program_shape(comp), c.HasField("program_shape"))
+        add = c.instructions.add
+        for inst in comp.instructions:
+            instruction_to_proto(inst, add(), shape_protos)
+        _update_program_shape(c.program_shape, _program_shape(comp), c.HasField("program_shape"),
+                              shapes)
     _update_program_shape(out.host_program_shape, _program_shape(module.entry),
-                          out.HasField("host_program_shape"))
+                          out.HasField("host_program_shape"), shapes)
     return out
 
 
 def _update_program_shape(current: xla_data_pb2.ProgramShapeProto,
-                          fresh: xla_data_pb2.ProgramShapeProto, present: bool) -> None:
+                          fresh: xla_data_pb2.ProgramShapeProto, present: bool,
+                          shapes: dict | None = None) -> None:
     """Keep a loaded program shape whose signature still matches, else write a fresh one."""
-    if present and _same_signature(current, fresh):
+    if present and _same_signature(current, fresh, shapes):
         return
     current.CopyFrom(fresh)
 
 
-def _same_signature(a: xla_data_pb2.ProgramShapeProto, b: xla_data_pb2.ProgramShapeProto) -> bool:
+def _same_signature(a: xla_data_pb2.ProgramShapeProto, b: xla_data_pb2.ProgramShapeProto,
+                    shapes: dict | None = None) -> bool:
     if len(a.parameters) != len(b.parameters):
         return False
     pairs = list(zip(a.parameters, b.parameters)) + [(a.result, b.result)]
-    return all(shape_from_proto(x).compatible(shape_from_proto(y)) for x, y in pairs)
+    return all(shape_from_proto(x, shapes).compatible(shape_from_proto(y, shapes))
+               for x, y in pairs)

@@ -21,7 +21,11 @@ class Layout:
 
     @staticmethod
     def default(rank: int) -> "Layout":
-        return Layout(tuple(range(rank - 1, -1, -1)))
+        # One value per rank (layouts are immutable); asked for on every derived shape.
+        lay = _DEFAULT_LAYOUTS.get(rank)
+        if lay is None:
+            lay = _DEFAULT_LAYOUTS[rank] = Layout(tuple(range(rank - 1, -1, -1)))
+        return lay
 
     def __str__(self) -> str:
         text = ",".join(str(d) for d in self.minor_to_major)
@@ -35,6 +39,9 @@ class Layout:
         if extras:
             text += ":" + "".join(extras)
         return "{" + text + "}"
+
+
+_DEFAULT_LAYOUTS: dict[int, Layout] = {}
 
 
 def _tile_dim(d: int) -> str:
@@ -119,9 +126,10 @@ class Shape:
     # -- derived shapes -----------------------------------------------------------------
     def with_dims(self, dims: Iterable[int]) -> "Shape":
         """Same element type with new dims; keeps the layout when the rank is unchanged."""
-        dims = tuple(int(d) for d in dims)
-        layout = self.layout if self.layout is not None and len(dims) == self.rank else (
-            Layout.default(len(dims)) if self.layout is not None else None)
+        dims = tuple(map(int, dims))
+        layout = self.layout
+        if layout is not None and len(dims) != len(self.dims):
+            layout = Layout.default(len(dims))
         dyn = self.dynamic_dims if len(self.dynamic_dims) == len(dims) else ()
         return Shape(self.element_type, dims, (), layout, dyn)
 

@@ -97,7 +97,7 @@ def verify_module(module: "Module", *, check_shapes: bool = True,
 
 class _ModuleState:
     __slots__ = ("position", "names", "ids", "check_shapes", "check_shardings", "check_order",
-                 "num_devices")
+                 "num_devices", "shapes_ok", "shardings_ok")
 
     def __init__(self, position: dict[int, int], check_shapes: bool, check_shardings: bool,
                  check_order: bool, num_devices: int | None) -> None:
@@ -108,6 +108,11 @@ class _ModuleState:
         self.check_shardings = check_shardings
         self.check_order = check_order
         self.num_devices = num_devices
+        # Shapes and shardings are immutable values shared by many instructions (one per
+        # distinct proto on load): each distinct one is checked once. Keys hold the
+        # objects, so an id is never reused during the run.
+        self.shapes_ok: dict[int, Shape] = {}
+        self.shardings_ok: dict[tuple[int, int], tuple] = {}
 
     def verify_computation(self, comp: "Computation") -> None:
         insts = comp.instructions
@@ -170,7 +175,9 @@ class _ModuleState:
                                         _where(comp, inst))
                 param_numbers[n] = inst
             shape = inst.shape
-            _check_shape_value(shape, comp, inst)
+            if id(shape) not in self.shapes_ok:
+                _check_shape_value(shape, comp, inst)
+                self.shapes_ok[id(shape)] = shape
             if self.check_shapes:
                 try:
                     inferred = infer_shape(opcode, [o.shape for o in operands], inst.attrs,
@@ -185,7 +192,10 @@ class _ModuleState:
                                         f"inferred {inferred.to_text(False)}",
                                         _where(comp, inst))
             if self.check_shardings and inst.sharding is not None:
-                self._check_sharding(comp, inst)
+                key = (id(inst.sharding), id(shape))
+                if key not in self.shardings_ok:
+                    self._check_sharding(comp, inst)
+                    self.shardings_ok[key] = (inst.sharding, shape)
         if param_numbers and sorted(param_numbers) != list(range(len(param_numbers))):
             raise VerifierError(f"parameter numbers {sorted(param_numbers)} are not "
                                 f"0..{len(param_numbers) - 1}", _where(comp))

@@ -21,31 +21,49 @@ def _inlineable(inst: Instruction) -> bool:
     return not inst.attrs.is_composite
 
 
-def _inline_one(module: Module, comp: Computation, call: Instruction) -> None:
-    callee = call.called_computations[0]
-    mapping: dict[int, Instruction] = {}
-    new: list[Instruction] = []
-    for inst in callee.instructions:
-        if inst.opcode == "parameter":
-            mapping[id(inst)] = call.operands[inst.parameter_number]
-            continue
-        copy = clone_instruction(inst, [mapping[id(o)] for o in inst.operands],
-                                 list(inst.called_computations))
-        copy.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors]
-        copy.name = module.unique_name(inst.name)
-        copy.id = module.next_instruction_id()
-        copy.parent = comp
-        mapping[id(inst)] = copy
-        new.append(copy)
-    root = mapping[id(callee.root)]
-    if call.sharding is not None and root in new and root.sharding is None:
-        root.sharding = call.sharding
-    at = comp.instructions.index(call)
-    comp.instructions[at:at + 1] = new
-    comp.replace_all_uses(call, root)
+def _inline_into(module: Module, comp: Computation, calls: set[int]) -> None:
+    """Replace every call in ``calls`` (ids of instructions of ``comp``) by a copy of its
+    callee's body, in one pass over ``comp``: uses are redirected through a replacement
+    map as instructions are visited (operands come first in program order), instead of a
+    scan of the whole computation per call."""
+    replaced: dict[int, Instruction] = {}  # id(call) -> the value that stands for it
+
+    def now(inst: Instruction) -> Instruction:
+        return replaced.get(id(inst), inst)
+
+    out: list[Instruction] = []
     for inst in comp.instructions:
-        if call in inst.control_predecessors:
-            inst.control_predecessors = [root if p is call else p for p in inst.control_predecessors]
+        if replaced:
+            if any(id(o) in replaced for o in inst.operands):
+                inst.operands = [now(o) for o in inst.operands]
+            if any(id(p) in replaced for p in inst.control_predecessors):
+                inst.control_predecessors = [now(p) for p in inst.control_predecessors]
+        if id(inst) not in calls:
+            out.append(inst)
+            continue
+        callee = inst.called_computations[0]
+        mapping: dict[int, Instruction] = {}
+        new: list[Instruction] = []
+        for body in callee.instructions:
+            if body.opcode == "parameter":
+                mapping[id(body)] = inst.operands[body.parameter_number]
+                continue
+            copy = clone_instruction(body, [mapping[id(o)] for o in body.operands],
+                                     list(body.called_computations))
+            copy.control_predecessors = [mapping[id(p)] for p in body.control_predecessors]
+            copy.name = module.unique_name(body.name)
+            copy.id = module.next_instruction_id()
+            copy.parent = comp
+            mapping[id(body)] = copy
+            new.append(copy)
+        root = mapping[id(callee.root)]
+        if inst.sharding is not None and root in new and root.sharding is None:
+            root.sharding = inst.sharding
+        out.extend(new)
+        replaced[id(inst)] = root
+    comp.instructions = out
+    if comp.root is not None:
+        comp.root = now(comp.root)
 
 
 def inline_calls(module: Module) -> int:
@@ -53,9 +71,10 @@ def inline_calls(module: Module) -> int:
     number inlined. Computations no longer called are dropped."""
     count = 0
     for comp in list(module.computations):  # callees before callers
-        for inst in [i for i in comp.instructions if _inlineable(i)]:
-            _inline_one(module, comp, inst)
-            count += 1
+        calls = {id(i) for i in comp.instructions if _inlineable(i)}
+        if calls:
+            _inline_into(module, comp, calls)
+            count += len(calls)
     if count:
         module.remove_unreachable_computations()
     return count

@@ -15,9 +15,8 @@ because the op has no partitioned handler); elsewhere the innermost cause wins.
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.instruction import Instruction
@@ -65,19 +64,13 @@ class CauseLog:
     def current(self) -> Scope:
         return self._stack[-1]
 
-    @contextmanager
     def scope(self, cause: str | None = None, serves: "Instruction | None" = None,
-              src: "HloSharding | None" = None, dst: "HloSharding | None" = None) -> Iterator[Scope]:
-        top = self._stack[-1]
-        if cause is None or (cause == "reshard" and top.cause == "fallback"):
-            cause = top.cause
-        new = Scope(cause, serves if serves is not None else top.serves,
-                    src if src is not None else top.src, dst if dst is not None else top.dst)
-        self._stack.append(new)
-        try:
-            yield new
-        finally:
-            self._stack.pop()
+              src: "HloSharding | None" = None, dst: "HloSharding | None" = None) -> "_Entered":
+        """A context manager: inside it, the current scope has ``cause`` (else the
+        enclosing one's) and the given ``serves`` / ``src`` / ``dst`` (else the enclosing
+        ones). Entered for every instruction and every reshard: a plain class, not a
+        generator-based context manager, keeps that cheap."""
+        return _Entered(self._stack, cause, serves, src, dst)
 
     def note(self, inst: "Instruction") -> "Instruction":
         """Record the current scope on a collective just created; returns it."""
@@ -106,6 +99,27 @@ class CauseLog:
                                  serves.opcode if serves is not None else None,
                                  str(src), str(dst) if dst is not None else "{replicated}",
                                  top.cause or "reshard"))
+
+
+class _Entered:
+    __slots__ = ("stack", "args")
+
+    def __init__(self, stack: list[Scope], *args: Any) -> None:
+        self.stack = stack
+        self.args = args
+
+    def __enter__(self) -> Scope:
+        cause, serves, src, dst = self.args
+        top = self.stack[-1]
+        if cause is None or (cause == "reshard" and top.cause == "fallback"):
+            cause = top.cause
+        new = Scope(cause, serves if serves is not None else top.serves,
+                    src if src is not None else top.src, dst if dst is not None else top.dst)
+        self.stack.append(new)
+        return new
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stack.pop()
 
 
 def _log(ctx: Any) -> CauseLog:
