@@ -27,11 +27,6 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
 
 # fixture -> why ours may move more bytes than XLA for now (ops of a later issue).
 LATER_ISSUE = {
-    "shardy_nested_shard_map": "the outer Shardy manual computation's open in_shardings dim "
-                               "({?} on dim 0) is not refined from its x-tiled operand through "
-                               "xla.sdy.GlobalToLocalShape, so x is all-gathered on entry and "
-                               "sliced again by the nested one (the classic export, "
-                               "nested_shard_map, keeps x)",
 }
 
 # fixture -> why its largest array or peak-live estimate is still above XLA's (known, open).
@@ -39,8 +34,6 @@ MEMORY_ABOVE_XLA = {
     "conv_depthwise": "the convolution pads its spatially whole input explicitly (f32[2,18,8,16]) "
                       "where XLA's program folds the padding into the convolution",
     "conv_dilated": "peak live 4 B above XLA's (one s32 offset scalar live at the peak)",
-    "shardy_nested_shard_map": "the x-gathered f32[8,4] entry value of the outer manual "
-                               "computation (see LATER_ISSUE)",
 }
 
 
