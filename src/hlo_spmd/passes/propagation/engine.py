@@ -349,6 +349,7 @@ class Propagator:
                     # Shardy manual entry / exit: its open dims are read per value
                     # from its attribute (sdy_manual.py), not from this entry.
                     self.unspecified[id(inst)] = self.report_open_dims.get(inst.name, ())
+                    sdy_manual.pin_exit_operands(self, inst)
                 if not g.is_custom_call(inst, g.SHARDING) or inst.sharding is None:
                     spec = sg.group_spec(inst.sharding)
                     if spec is not None:

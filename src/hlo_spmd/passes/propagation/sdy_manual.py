@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_spmd.annotations.manual import sdy_entry_refined_sharding, sdy_exit_refined_sharding
+from hlo_spmd.annotations.manual import (sdy_entry_refined_sharding, sdy_exit_local_shardings,
+                                         sdy_exit_refined_sharding)
 from hlo_spmd.ir.instruction import Instruction
 
 if TYPE_CHECKING:
@@ -45,3 +46,24 @@ def refine_entry_from_operands(p: "Propagator", inst: Instruction) -> bool:
     p.set(inst, new, "sdy-manual.refine_open_dims(operand)", tuple(inst.operands),
           direction="refine")
     return True
+
+
+def pin_exit_operands(p: "Propagator", inst: Instruction) -> None:
+    """An exit's unsharded operands get the out_shardings' local (manual) view, as
+    Shardy's export to XLA puts a ``Sharding`` custom-call with it before
+    ``SPMDShardToFullShape``: a manual computation with no operands (JAX's axis_index
+    inside a partially manual shard_map) is otherwise reached by no manual sharding.
+    Values with open dims are left to propagation, which refines them (and the exit)."""
+    from hlo_spmd.annotations import sdy
+    from hlo_spmd.annotations.normalize import ATTR_OUT_SHARDINGS
+
+    if inst.custom_call_target != SDY_LOCAL_TO_GLOBAL:
+        return
+    local = sdy_exit_local_shardings(inst)
+    text = inst.attrs.frontend_attributes.map.get(ATTR_OUT_SHARDINGS)
+    if local is None or text is None:
+        return
+    values = sdy.parse_sharding_per_value(text, f"instruction {inst.name}")
+    for op, s, v in zip(inst.operands, local, values):
+        if op.sharding is None and not v.open_dims:
+            p.set(op, s, "sdy-manual.exit_operand", (inst,), direction="preprocess")
