@@ -26,19 +26,10 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
             if not json.load(open(p[:-3] + ".json")).get("partition_only")]
 
 # fixture -> why ours may move more bytes than XLA for now (ops of a later issue).
-LATER_ISSUE = {
-    "shardy_nested_shard_map": "the outer Shardy manual computation's open in_shardings dim "
-                               "({?} on dim 0) is not refined from its x-tiled operand through "
-                               "xla.sdy.GlobalToLocalShape, so x is all-gathered on entry and "
-                               "sliced again by the nested one (the classic export, "
-                               "nested_shard_map, keeps x)",
-}
+LATER_ISSUE: dict[str, str] = {}
 
 # fixture -> why its largest array or peak-live estimate is still above XLA's (known, open).
-MEMORY_ABOVE_XLA = {
-    "shardy_nested_shard_map": "the x-gathered f32[8,4] entry value of the outer manual "
-                               "computation (see LATER_ISSUE)",
-}
+MEMORY_ABOVE_XLA: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p)[:-3])

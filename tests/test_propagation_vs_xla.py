@@ -57,6 +57,10 @@ NO_GSPMD_REFERENCE = {
         "Shardy manual computations: the classic sharding= copies JAX writes inside the "
         "bodies are placeholders; GSPMD completes those, ours the Shardy shardings (the "
         "partitioned program is checked against the classic twin nested_shard_map)",
+    "shardy_shard_map_axis_index_partial":
+        "Shardy manual computations: the classic sharding= copies JAX writes inside the "
+        "bodies are placeholders; GSPMD completes those, ours the Shardy shardings (the "
+        "partitioned program is checked against the classic twin shard_map_axis_index_partial)",
     "handwritten/shardy_tuple_args":
         "Shardy tuple arguments: GSPMD does not read the module's xla.sdy.tuple_args_shardings "
         "/ tuple_results_shardings, so it completes an unannotated module",

@@ -20,6 +20,7 @@ from hlo_spmd.passes.propagation import backward as bw
 from hlo_spmd.passes.propagation import forward as fw
 from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import sdy_manual
 from hlo_spmd.passes.propagation import shard_groups as sg
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation import unspecified as unspec
@@ -216,7 +217,8 @@ class Propagator:
         users = self.graph.users_of(inst)
         if s is None or s.is_tile_maximal:
             for user in users:
-                if user.sharding is None or g.is_custom_call(user, g.FULL_TO_SHARD):
+                if (user.sharding is None or g.is_custom_call(user, g.FULL_TO_SHARD)
+                        or sdy_manual.is_sdy_entry(user)):   # its operand is not manual
                     continue
                 if inst.shape.is_array and user.sharding.is_manual:
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
@@ -385,6 +387,11 @@ class Propagator:
                     for op in inst.operands:
                         self.groups.add(op, -1 - gid, True)
                     continue
+                if sdy_manual.is_sdy_boundary(inst):
+                    # Shardy manual entry / exit: its open dims are read per value
+                    # from its attribute (sdy_manual.py), not from this entry.
+                    self.unspecified[id(inst)] = self.report_open_dims.get(inst.name, ())
+                    sdy_manual.pin_exit_operands(self, inst)
                 if not g.is_custom_call(inst, g.SHARDING) or inst.sharding is None:
                     spec = sg.group_spec(inst.sharding)
                     if spec is not None:

@@ -140,6 +140,10 @@ def _apply(p: "Propagator", annotate: Instruction, conv: Instruction | None,
 def from_operand(p: "Propagator", annotate: Instruction,
                  unspecified: tuple[int, ...]) -> tuple[bool, Instruction | None]:
     """InferUnspecifiedDimsFromOperand: (changed, boundary op refined with it)."""
+    from hlo_spmd.passes.propagation import sdy_manual
+
+    if sdy_manual.is_sdy_boundary(annotate):   # Shardy's manual entry / exit: open dims
+        return sdy_manual.refine_entry_from_operands(p, annotate), None
     op = annotate.operands[0]
     if not is_spatially_partitioned(op.sharding) or not ops.is_tiled(op.sharding):
         return False, None
@@ -154,7 +158,11 @@ def from_operand(p: "Propagator", annotate: Instruction,
 def from_users(p: "Propagator", annotate: Instruction, unspecified: tuple[int, ...],
                level: int) -> tuple[bool, Instruction | None]:
     """InferUnspecifiedDimsFromUsers: (changed, boundary op refined with it)."""
+    from hlo_spmd.passes.propagation import sdy_manual
     from hlo_spmd.passes.propagation.backward import operand_from_user
+
+    if sdy_manual.is_sdy_boundary(annotate):   # refined from its operands only
+        return False, None
 
     # XLA compares the boundary op's dims unsorted here.
     usable, conv = _conversion_after(p, annotate, unspecified, False)

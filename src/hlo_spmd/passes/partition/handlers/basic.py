@@ -111,7 +111,13 @@ def _global_to_local(ctx: PartitionContext, inst: Instruction) -> PValue:
 
 def _local_to_global(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Shardy's manual-region exit: manual values become tiles of the global shardings."""
-    parts = [ctx.value(op).hlo for op in inst.operands]
+    from hlo_spmd.annotations.manual import sdy_exit_local_shardings
+
+    local = sdy_exit_local_shardings(inst)
+    # Each manual value first in the out_shardings' local view, so its tile is the tile
+    # of the global sharding (the body may have left it tiled otherwise).
+    parts = [(reshard(ctx, ctx.value(op), local[i]) if local is not None else ctx.value(op)).hlo
+             for i, op in enumerate(inst.operands)]
     hlo = ctx.b.tuple(parts, name=inst.name) if inst.shape.is_tuple else parts[0]
     return PValue(hlo, inst.shape, ctx.sharding_of(inst))
 

@@ -14,10 +14,13 @@ the same global values.
 * ``rng-bit-generator``: a pure function of its state operand; computed from the
   replicated state so the bits equal the unpartitioned program's, then cut to the result
   sharding (deliberately replicated; not reported as a fallback).
-* ``partition-id``: inside a manual region (sharding ``{manual}`` or a manual subgroup)
-  the program is per-device by definition and the real ``partition-id`` is kept.
-  Anywhere else it is an error, as in XLA's partitioner (HandlePartitionId): whether the
-  instruction or the data is meant to be replicated is ambiguous.
+* ``partition-id``: inside a fully manual region (sharding ``{manual}``) the program is
+  per-device by definition and the real ``partition-id`` is kept.  Anywhere else it is
+  an error, as in XLA's partitioner (HandlePartitionId, checked with jaxlib 0.10.2):
+  whether the instruction or the data is meant to be replicated is ambiguous.  That
+  includes a partially manual sharding (a manual subgroup): XLA refuses it too, and JAX
+  writes ``axis_index`` inside a partially manual shard_map as a fully manual call
+  leaving through ``SPMDShardToFullShape`` instead.
 * ``replica-id``: partitioning does not change the replica count, so the instruction is
   kept as is (0 on a single-replica run, as in the original).
 * ``after-all`` / ``add-dependency`` / tokens: tokens carry no data; they are re-created
@@ -153,13 +156,15 @@ def handle_rng_bit_generator(ctx: PartitionContext, inst: Instruction) -> PValue
 @handles("partition-id")
 def handle_partition_id(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = ctx.sharding_of(inst)
-    if target.is_manual or target.is_manual_subgroup:
+    if target.is_manual:
         return PValue(ctx.b.op("partition-id", name=inst.name), inst.shape, target)
-    # XLA's partitioner refuses it (HandlePartitionId): outside a manual region it is
-    # ambiguous whether the instruction or the data it indexes is replicated.
-    raise PartitionError(f"partition-id with sharding {target} is outside a manual region; "
-                         "XLA's SPMD partitioning does not support it (ambiguous: annotate "
-                         "it {manual} inside a manual region)", f"instruction {inst.name}")
+    # XLA's partitioner refuses it (HandlePartitionId): outside a fully manual region it
+    # is ambiguous whether the instruction or the data it indexes is replicated.
+    where = "in a partially manual region" if target.is_manual_subgroup else \
+        "outside a manual region"
+    raise PartitionError(f"partition-id with sharding {target} is {where}; XLA's SPMD "
+                         "partitioning does not support it (ambiguous: only a fully manual "
+                         "{manual} partition-id is kept)", f"instruction {inst.name}")
 
 
 @handles("replica-id")
