@@ -41,11 +41,13 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.handlers.dot_dims import regroup_manual
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
-from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate_all_except
+from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
+                               partial_replicate_all_except)
 
 PRED = PrimitiveType.PRED
 
@@ -159,14 +161,16 @@ def _dedupe(grids: Sequence[Grid | None]) -> list[Grid]:
     return out
 
 
-def _plain(ctx: PartitionContext, inst: Instruction, k: int) -> bool:
-    """Whether operand ``k``'s current sharding is one the grid strategies understand."""
-    s = ctx.value(inst.operands[k]).sharding
+def _plain_sharding(s: HloSharding) -> bool:
+    """Whether an operand's current sharding is one the grid strategies understand."""
     return not (s.is_tuple or s.is_manual or s.is_maximal or s.subgroup_types)
 
 
 def _wanted(ctx: PartitionContext, inst: Instruction) -> HloSharding | None:
-    s = ctx.sharding_of(inst)
+    return _wanted_sharding(ctx.sharding_of(inst))
+
+
+def _wanted_sharding(s: HloSharding) -> HloSharding | None:
     if s.is_tuple:
         leaves = list(s.tuple_elements)
         if any(l != leaves[0] for l in leaves):
@@ -286,14 +290,14 @@ class GatherDims:
 
 @with_cause("reduction")
 def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
-                 target: HloSharding) -> PValue:
+                 target: HloSharding, vals: Sequence[PValue]) -> PValue:
     b = ctx.b
     op_shape, idx_shape = inst.operands[0].shape, inst.operands[1].shape
     op_s = grid.sharding_for("op", gd.rank)
     idx_s = grid.sharding_for("idx", gd.idx_rank)
     out_s = grid.sharding_for("out", gd.out_rank)
-    x = reshard(ctx, ctx.value(inst.operands[0]), op_s).hlo
-    idx = reshard(ctx, ctx.value(inst.operands[1]), idx_s).hlo
+    x = reshard(ctx, vals[0], op_s).hlo
+    idx = reshard(ctx, vals[1], idx_s).hlo
     tiles = op_s.tile_dims_for_data(gd.rank) if op_s.is_tiled else (1,) * gd.rank
     triv = [p for p in range(gd.rank) if p in gd.index_map and tiles[p] > 1]
     mask = None
@@ -329,17 +333,22 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
 
 @handles("gather")
 def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
-    target = _wanted(ctx, inst)
-    if (target is None or not _plain(ctx, inst, 0) or not _plain(ctx, inst, 1)
-            or any(d == 0 for s in (inst.shape, *[o.shape for o in inst.operands])
-                   for d in s.dims)):
+    if any(d == 0 for s in (inst.shape, *[o.shape for o in inst.operands]) for d in s.dims):
         return handle_replicated(ctx, inst)
+    return _in_manual_groups(ctx, inst, _gather_candidates)
+
+
+def _gather_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                       target: HloSharding | None) -> list[Callable[[], PValue]]:
+    """The grid strategies for ``inst`` on operand values ``vals`` (shardings of the current
+    device group) towards ``target``; none when a sharding is not one they understand."""
+    if target is None or not all(_plain_sharding(v.sharding) for v in vals):
+        return []
     gd = GatherDims.of(inst)
     op_dims = inst.operands[0].shape.dims
     n = ctx.num_devices
-    from_op = grid_from(ctx.value(inst.operands[0]).sharding, gd.rank,
-                        gd.operand_labels(op_dims))
-    idx_s = ctx.value(inst.operands[1]).sharding
+    from_op = grid_from(vals[0].sharding, gd.rank, gd.operand_labels(op_dims))
+    idx_s = vals[1].sharding
     grids = _dedupe([
         from_op,
         grid_from(idx_s, gd.idx_rank, gd.index_labels()),
@@ -349,10 +358,54 @@ def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
         combine(from_op, grid_from(target, gd.out_rank,
                                    only(gd.output_labels(op_dims), "index")), n),
     ])
-    cands: list[Callable[[], PValue]] = [
-        (lambda g=g: _emit_gather(ctx, inst, gd, g, target)) for g in grids]
+    return [(lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals)) for g in grids]
+
+
+def _in_manual_groups(ctx: PartitionContext, inst: Instruction,
+                      candidates: Callable[..., list[Callable[[], PValue]]]) -> PValue:
+    """The cheapest of ``candidates`` (or the replicated fallback). When the operands and
+    the result are partially manual over the same device groups (GSPMD 4.4, as the dot
+    handler does), the strategies run inside those groups on the non-manual rest of the
+    shardings: their collectives act within every manual group at once."""
+    vals = [ctx.value(o) for o in inst.operands]
+    target = _wanted(ctx, inst)
+    inner = _manual_inner(ctx, inst, vals)
+    if inner is None:
+        cands = candidates(ctx, inst, vals, target)
+    else:
+        groups, inner_vals, inner_target = inner
+        inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
+        full = ctx.sharding_of(inst)
+
+        def outer(emit: Callable[[], PValue]) -> Callable[[], PValue]:
+            return lambda: PValue(emit().hlo, inst.shape, full)
+        cands = [outer(c) for c in candidates(inner_ctx, inst, inner_vals, inner_target)]
     cands.append(lambda: handle_replicated(ctx, inst))
     return cheapest_or_replicated(ctx, inst, cands)
+
+
+def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue]):
+    """(manual groups, the operand values and the wanted result as seen inside them) when
+    every operand and the result are partially manual over the same groups, else None."""
+    full = ctx.sharding_of(inst)
+    leaves = list(full.tuple_elements) if full.is_tuple else [full]
+    shardings = [v.sharding for v in vals] + leaves
+    ref = next((s for s in shardings if s.is_tiled and s.subgroup_manual_dim is not None),
+               None)
+    if ref is None or any(s.is_tuple for s in shardings):
+        return None
+    groups = np.asarray(group_by_dims(ref, [ref.subgroup_manual_dim],
+                                      subgroup_manual=True).device_groups, np.int64)
+    ranks = [o.shape.rank for o in inst.operands] + [
+        s.rank for s in (inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape])]
+    inner = [regroup_manual(s, r, groups) for s, r in zip(shardings, ranks)]
+    if any(g is None for g in inner):
+        return None
+    in_vals = [v.with_hlo(v.hlo, g) for v, g in zip(vals, inner)]
+    outs = inner[len(vals):]
+    if any(o != outs[0] for o in outs):
+        return None
+    return groups, in_vals, outs[0]
 
 
 # -- scatter ----------------------------------------------------------------------------------
@@ -432,7 +485,8 @@ _COMBINABLE = {"add", "maximum", "minimum", "or", "and"}
 
 @with_cause("reduction")
 def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, grid: Grid,
-                  target: HloSharding, combiner: str | None) -> PValue:
+                  target: HloSharding, combiner: str | None,
+                  vals: Sequence[PValue]) -> PValue:
     b = ctx.b
     n = len(inst.operands) // 2
     op_shape, idx_shape = inst.operands[0].shape, inst.operands[n].shape
@@ -440,9 +494,9 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     idx_s = grid.sharding_for("idx", sd.idx_rank)
     upd_s = grid.sharding_for("upd", sd.upd_rank)
     out_s = grid.sharding_for("out", sd.rank)
-    xs = [reshard(ctx, ctx.value(inst.operands[i]), op_s).hlo for i in range(n)]
-    idx = reshard(ctx, ctx.value(inst.operands[n]), idx_s).hlo
-    ups = [reshard(ctx, ctx.value(inst.operands[n + 1 + i]), upd_s).hlo for i in range(n)]
+    xs = [reshard(ctx, vals[i], op_s).hlo for i in range(n)]
+    idx = reshard(ctx, vals[n], idx_s).hlo
+    ups = [reshard(ctx, vals[n + 1 + i], upd_s).hlo for i in range(n)]
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
     triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
     if triv:
@@ -476,11 +530,17 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
 
 @handles("scatter")
 def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
-    n = len(inst.operands) // 2
-    target = _wanted(ctx, inst)
-    if (target is None or any(not _plain(ctx, inst, k) for k in range(len(inst.operands)))
-            or any(d == 0 for o in inst.operands for d in o.shape.dims)):
+    if any(d == 0 for o in inst.operands for d in o.shape.dims):
         return handle_replicated(ctx, inst)
+    return _in_manual_groups(ctx, inst, _scatter_candidates)
+
+
+def _scatter_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                        target: HloSharding | None) -> list[Callable[[], PValue]]:
+    """The grid strategies for ``inst`` (as ``_gather_candidates``)."""
+    if target is None or not all(_plain_sharding(v.sharding) for v in vals):
+        return []
+    n = len(inst.operands) // 2
     sd = ScatterDims.of(inst)
     op_dims = inst.operands[0].shape.dims
     upd_dims = inst.operands[n + 1].shape.dims
@@ -490,25 +550,20 @@ def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
         combiner = None
     combinable = combiner is not None
     norm_target = HloSharding.tuple([target] * n) if n > 1 else target
-    from_op = grid_from(ctx.value(inst.operands[0]).sharding, sd.rank,
-                        sd.operand_labels(op_dims, upd_dims))
+    from_op = grid_from(vals[0].sharding, sd.rank, sd.operand_labels(op_dims, upd_dims))
     n_dev = ctx.num_devices
     srcs = [
         from_op,
-        combine(from_op, grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
+        combine(from_op, grid_from(vals[n].sharding, sd.idx_rank,
                                    only(sd.index_labels(combinable), "index")), n_dev),
-        combine(from_op, grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
+        combine(from_op, grid_from(vals[n + 1].sharding, sd.upd_rank,
                                    only(sd.update_labels(op_dims, upd_dims, combinable),
                                         "index")), n_dev),
-        grid_from(ctx.value(inst.operands[n]).sharding, sd.idx_rank,
-                  sd.index_labels(combinable)),
-        grid_from(ctx.value(inst.operands[n + 1]).sharding, sd.upd_rank,
+        grid_from(vals[n].sharding, sd.idx_rank, sd.index_labels(combinable)),
+        grid_from(vals[n + 1].sharding, sd.upd_rank,
                   sd.update_labels(op_dims, upd_dims, combinable)),
         grid_from(target, sd.rank, [lab if lab is None or lab[0] != "index" else None
                                     for lab in sd.operand_labels(op_dims, upd_dims)]),
     ]
-    cands: list[Callable[[], PValue]] = [
-        (lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner))
-        for g in _dedupe(srcs)]
-    cands.append(lambda: handle_replicated(ctx, inst))
-    return cheapest_or_replicated(ctx, inst, cands)
+    return [(lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner, vals))
+            for g in _dedupe(srcs)]
