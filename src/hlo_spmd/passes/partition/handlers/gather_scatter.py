@@ -25,6 +25,10 @@ updates) and off the wanted result sharding; each is emitted and costed in commu
 bytes per device with the project's one cost model (``choose``), the cheapest is kept. Duplicate indices in an overwriting scatter keep
 XLA's semantics because every update of a row is applied on the devices that own the row,
 in the original order.
+
+Partially manual operands and result (manual subgroups over the same device groups) run
+the same strategies inside the manual groups, on the non-manual rest of their shardings
+(GSPMD 4.4, as the dot handler does): collectives then act within every group at once.
 """
 from __future__ import annotations
 
