@@ -28,13 +28,13 @@ from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, DotDims, data_tiles,
-                                                       is_plain, regroup_manual)
+                                                       is_plain, manual_groups)
 from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Planner,
                                                        Problem, reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import pad_to
-from hlo_spmd.sharding import HloSharding, group_by_dims
+from hlo_spmd.sharding import HloSharding
 
 from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
 
@@ -179,19 +179,14 @@ def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: 
                                 out_shape, local_op: "LocalOp") -> PValue:
     """Partially manual dot: recurse inside the manual groups (GSPMD 4.4), which operands
     and result must share; the non-manual rest of the shardings is partitioned there."""
-    ref = next(s for s in (target, lhs.sharding, rhs.sharding)
-               if s.is_tiled and s.subgroup_manual_dim is not None)
-    groups = np.asarray(group_by_dims(ref, [ref.subgroup_manual_dim],
-                                      subgroup_manual=True).device_groups, np.int64)
-    inner = []
-    for s, rank in ((lhs.sharding, dims.lhs_rank), (rhs.sharding, dims.rhs_rank),
-                    (target, dims.out_rank)):
-        g = regroup_manual(s, rank, groups)
-        if g is None:
-            raise PartitionError(f"the dot's operands and result are not in the same manual "
-                                 f"groups ({lhs.sharding}, {rhs.sharding} -> {target})",
-                                 f"instruction {inst.name}")
-        inner.append(g)
+    found = manual_groups((lhs.sharding, rhs.sharding, target),
+                          (dims.lhs_rank, dims.rhs_rank, dims.out_rank))
+    assert found is not None  # the caller saw a partially manual sharding
+    groups, inner = found
+    if any(g is None for g in inner):
+        raise PartitionError(f"the dot's operands and result are not in the same manual "
+                             f"groups ({lhs.sharding}, {rhs.sharding} -> {target})",
+                             f"instruction {inst.name}")
     inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
     res = partition_dot(inner_ctx, inst, dims, lhs.with_hlo(lhs.hlo, inner[0]),
                         rhs.with_hlo(rhs.hlo, inner[1]), inner[2], local_op)

@@ -25,7 +25,8 @@ from typing import Sequence
 import numpy as np
 
 from hlo_spmd.sharding import (GroupedSharding, HloSharding, ShardingType, compact,
-                               sharding_from_tile_indices, tile_coords, ungroup)
+                               group_by_dims, sharding_from_tile_indices, tile_coords,
+                               ungroup)
 
 from hlo_spmd.passes.dot_conv_dims import (  # noqa: F401  (the shared dims model)
     BATCH, CONTRACTING, KINDS, LHS_NC, RHS_NC, DimNums, DotDims)
@@ -186,6 +187,21 @@ def group0_view(s: HloSharding, rank: int, groups: np.ndarray,
         return HloSharding.replicate()
     out = _view_sharding(view, tiles)
     return out if out is not None else HloSharding.replicate()
+
+
+def manual_groups(shardings: Sequence[HloSharding], ranks: Sequence[int]
+                  ) -> tuple[np.ndarray, list[HloSharding | None]] | None:
+    """The manual device groups of the first partially manual sharding of ``shardings``
+    (GSPMD 4.4: an op on partially manual values is partitioned inside those groups) and
+    each sharding (of rank ``ranks[i]``) as seen inside them, None where it is not in the
+    same groups; None when no sharding is partially manual."""
+    ref = next((s for s in shardings if s.is_tiled and s.subgroup_manual_dim is not None),
+               None)
+    if ref is None:
+        return None
+    groups = np.asarray(group_by_dims(ref, [ref.subgroup_manual_dim],
+                                      subgroup_manual=True).device_groups, np.int64)
+    return groups, [regroup_manual(s, r, groups) for s, r in zip(shardings, ranks)]
 
 
 def regroup_manual(s: HloSharding, rank: int, groups: np.ndarray) -> HloSharding | None:

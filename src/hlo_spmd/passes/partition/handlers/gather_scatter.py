@@ -45,7 +45,7 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
-from hlo_spmd.passes.partition.handlers.dot_dims import regroup_manual
+from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -394,15 +394,14 @@ def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValu
     full = ctx.sharding_of(inst)
     leaves = list(full.tuple_elements) if full.is_tuple else [full]
     shardings = [v.sharding for v in vals] + leaves
-    ref = next((s for s in shardings if s.is_tiled and s.subgroup_manual_dim is not None),
-               None)
-    if ref is None or any(s.is_tuple for s in shardings):
+    if any(s.is_tuple for s in shardings):
         return None
-    groups = np.asarray(group_by_dims(ref, [ref.subgroup_manual_dim],
-                                      subgroup_manual=True).device_groups, np.int64)
     ranks = [o.shape.rank for o in inst.operands] + [
         s.rank for s in (inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape])]
-    inner = [regroup_manual(s, r, groups) for s, r in zip(shardings, ranks)]
+    found = manual_groups(shardings, ranks)
+    if found is None:
+        return None
+    groups, inner = found
     if any(g is None for g in inner):
         return None
     in_vals = [v.with_hlo(v.hlo, g) for v, g in zip(vals, inner)]
