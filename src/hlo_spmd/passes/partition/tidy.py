@@ -166,11 +166,22 @@ def _new(comp: Computation, opcode: str, operands: list[Instruction],
     return comp.add(inst, like.name if like is not None else opcode)
 
 
-def _replace(comp: Computation, old: Instruction, new: Instruction) -> None:
-    """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding."""
+def _replace(comp: Computation, old: Instruction, new: Instruction,
+             users: dict[int, list[Instruction]]) -> None:
+    """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding.
+    ``users`` is the rewrite's use map (``iter_operand_users``): only ``old``'s users are
+    visited, not the whole computation (a rewrite makes hundreds of replacements in a
+    10k-instruction body), and ``new`` takes them over in the map."""
     if comp.root is old:
         new.sharding = old.sharding
-    comp.replace_all_uses(old, new)
+        comp.root = new
+    moved = [u for u in users.pop(id(old), ()) if u is not new]
+    for u in moved:
+        u.replace_operand(old, new)
+    if moved:
+        mine = users.setdefault(id(new), [])
+        seen = {id(u) for u in mine}
+        mine.extend(u for u in moved if id(u) not in seen)
 
 
 # -- rewrites ------------------------------------------------------------------------------------
@@ -198,8 +209,7 @@ def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -
         merged = _new(comp, "all-reduce", [local], _collective_attrs(a, comp.module),
                       a.called_computations, like=a)
         inherit(merged, a)
-        _replace(comp, inst, merged)
-        users.setdefault(id(merged), []).extend(users.get(id(inst), []))
+        _replace(comp, inst, merged, users)
         users[id(local)] = [merged]
         changed = True
     return changed
@@ -248,7 +258,7 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
             tattrs = _plain_attrs(t)
             tattrs.dimensions.extend(perm)
             moved = _new(comp, "transpose", [inner], tattrs, like=t)
-            _replace(comp, ds, moved)
+            _replace(comp, ds, moved, users)
             changed = True
     return changed
 
@@ -274,7 +284,7 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
         rs = _new(comp, "reduce-scatter", [ar.operands[0]], attrs, ar.called_computations)
         inherit(rs, ar)
         for ds in cuts:
-            _replace(comp, ds, rs)
+            _replace(comp, ds, rs, users)
         changed = True
     return changed
 
@@ -292,6 +302,6 @@ def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
         x = ag.operands[0]
         for ds in users.get(id(ag), []):
             if _own_part_dim(ds, ag, groups, num_devices) == d and ds.shape == x.shape:
-                _replace(comp, ds, x)
+                _replace(comp, ds, x, users)
                 changed = True
     return changed
