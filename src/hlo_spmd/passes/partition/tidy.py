@@ -50,13 +50,18 @@ def tidy_module(module: Module, num_devices: int, causes=None,
     (the partitioner's CauseLog) learns that a new collective serves what it replaces;
     ``combine_threshold_bytes`` > 0 combines collectives up to that size (combine.py)."""
     inherit = causes.inherit if causes is not None else (lambda new, old: None)
-    rewrites = (lambda c: _reassociate_all_reduces(c, inherit),
-                lambda c: _sink_slices_through_transposes(c),
-                lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit),
-                lambda c: _fold_all_gather_own_slice(c, num_devices))
+    # Each rewrite with the opcodes it starts from: a computation holding none of them
+    # (most are reducers) is skipped without building its use map.
+    rewrites = ((("all-reduce",), lambda c: _reassociate_all_reduces(c, inherit)),
+                (("transpose", "all-reduce"), lambda c: _sink_slices_through_transposes(c)),
+                (("all-reduce",),
+                 lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit)),
+                (("all-gather",), lambda c: _fold_all_gather_own_slice(c, num_devices)))
     for comp in list(module.computations):
-        for rewrite in rewrites:
-            if rewrite(comp):
+        # No rewrite creates an opcode another one starts from unless it was there.
+        present = {i.opcode for i in comp.instructions}
+        for needs, rewrite in rewrites:
+            if all(op in present for op in needs) and rewrite(comp):
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically()
                 comp.remove_dead()
