@@ -43,6 +43,7 @@ from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
+from hlo_spmd.sharding.device_ids import all_distinct
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
@@ -123,7 +124,7 @@ def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
         return None
     devices, coords = tile_coords(s)
     if devices.min() < 0 or devices.max() >= num_devices or \
-            np.unique(devices).size != num_devices:
+            not all_distinct(devices):
         return None
     out = np.empty((num_devices, rank), np.int64)
     out[devices] = coords[:, :rank]

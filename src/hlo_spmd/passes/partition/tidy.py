@@ -38,6 +38,7 @@ from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
 from hlo_spmd.passes.partition.combine import combine_collectives
 from hlo_spmd.passes.partition.schedule import sink_to_first_use
 from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.stats import computation_peak_bytes
 
 # Reducers whose all-reduces may be merged through an op of the same kind.
@@ -97,7 +98,7 @@ def _position_in_group(groups: np.ndarray, num_devices: int) -> np.ndarray | Non
     """For every device, its index within its replica group (None unless every device is
     in exactly one group)."""
     flat = groups.reshape(-1)
-    if flat.size != num_devices or np.unique(flat).size != num_devices or \
+    if flat.size != num_devices or not all_distinct(flat) or \
             flat.min() < 0 or flat.max() >= num_devices:
         return None
     pos = np.empty(num_devices, np.int64)
