@@ -137,7 +137,7 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     # Who reads each member, built once: a trial rewires only those (of the base program
     # and of the groups it puts in), not a scan of the computation per trial.
     users = iter_operand_users(base + [i for new, _ in built for i in new])
-    in_base = {id(i) for i in base}
+    built_ids = {id(i) for new, _ in built for i in new}  # small: the groups' new code
 
     def apply(chosen: list) -> tuple[list, bool]:
         """Put the groups of ``chosen`` in; False (undo it) when that makes a cycle or
@@ -147,12 +147,14 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
         for new, r in chosen:
             reads.update(r)
             added.extend(new)
-        live = in_base | {id(i) for i in added}
+        # A reader is rewired when it is in the program: the base, or a chosen group.
+        chosen_ids = {id(i) for i in added}
         saved = []
         rewired: set[int] = set()
         for member in reads:
             for inst in users.get(member, ()):
-                if id(inst) in live and id(inst) not in rewired:
+                if (id(inst) not in built_ids or id(inst) in chosen_ids) and \
+                        id(inst) not in rewired:
                     rewired.add(id(inst))
                     saved.append((inst, inst.operands))
                     inst.operands = [reads.get(id(o), o) for o in inst.operands]
