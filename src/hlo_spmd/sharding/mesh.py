@@ -17,6 +17,7 @@ import numpy as np
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.sharding.algebra import compact
+from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardingType
 from hlo_spmd.sharding.metadata import OpMetadata
 from hlo_spmd.sharding.tile_assignment import TileAssignment
@@ -34,7 +35,7 @@ def _mesh_assignment(mesh: np.ndarray | Sequence[int] | TileAssignment) -> TileA
             raise ShardingError("the device mesh needs at least one axis")
         ta = TileAssignment.from_array(mesh)
         flat = ta.flat()
-        if np.unique(flat).size != flat.size or int(flat.min()) < 0:
+        if not all_distinct(flat) or int(flat.min()) < 0:
             raise ShardingError("mesh device ids must be distinct and non-negative")
         return ta.compact()
     shape = tuple(int(d) for d in mesh)

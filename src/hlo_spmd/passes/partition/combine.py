@@ -44,7 +44,7 @@ from typing import Callable
 
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.computation import Computation
-from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.shape_inference import infer_shape
 from hlo_spmd.proto import hlo_pb2
 
@@ -134,6 +134,10 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
             position[id(inst)] = last
         built.append((new, reads))
     comp.instructions = base
+    # Who reads each member, built once: a trial rewires only those (of the base program
+    # and of the groups it puts in), not a scan of the computation per trial.
+    users = iter_operand_users(base + [i for new, _ in built for i in new])
+    built_ids = {id(i) for new, _ in built for i in new}  # small: the groups' new code
 
     def apply(chosen: list) -> tuple[list, bool]:
         """Put the groups of ``chosen`` in; False (undo it) when that makes a cycle or
@@ -143,11 +147,17 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
         for new, r in chosen:
             reads.update(r)
             added.extend(new)
+        # A reader is rewired when it is in the program: the base, or a chosen group.
+        chosen_ids = {id(i) for i in added}
         saved = []
-        for inst in base + added:
-            if any(id(o) in reads for o in inst.operands):
-                saved.append((inst, inst.operands))
-                inst.operands = [reads.get(id(o), o) for o in inst.operands]
+        rewired: set[int] = set()
+        for member in reads:
+            for inst in users.get(member, ()):
+                if (id(inst) not in built_ids or id(inst) in chosen_ids) and \
+                        id(inst) not in rewired:
+                    rewired.add(id(inst))
+                    saved.append((inst, inst.operands))
+                    inst.operands = [reads.get(id(o), o) for o in inst.operands]
         kept = [i for i in base if id(i) not in reads] + added
         new_order = _in_order(kept, position)
         if new_order is None:

@@ -43,6 +43,7 @@ from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
+from hlo_spmd.sharding.device_ids import all_distinct
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
@@ -123,7 +124,7 @@ def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
         return None
     devices, coords = tile_coords(s)
     if devices.min() < 0 or devices.max() >= num_devices or \
-            np.unique(devices).size != num_devices:
+            not all_distinct(devices):
         return None
     out = np.empty((num_devices, rank), np.int64)
     out[devices] = coords[:, :rank]
@@ -211,12 +212,33 @@ class Step:
         raise NotImplementedError
 
 
+# Slice offsets per distinct (layout, target layout, dims); see Slice._offsets.
+_OFFSETS: dict[tuple, "tuple[np.ndarray, np.ndarray, np.ndarray] | None"] = {}
+
+
 @dataclass(eq=False, repr=False)
 class Slice(Step):
     """Cut ``to``'s tile out of the local buffer (pad first where a tile runs past it)."""
     to: Layout
 
     def _offsets(self, lay: Layout, dims):
+        # Pure in the two layouts and the dims, and asked for by route search and emit
+        # alike: one computation per distinct value (the arrays are [num_devices, rank],
+        # so this is work that grows with the device count). Results are read-only.
+        key = (lay.tiles, self.to.tiles, tuple(int(v) for v in dims),
+               lay.coords.tobytes(), self.to.coords.tobytes())
+        if key in _OFFSETS:
+            return _OFFSETS[key]
+        out = self._offsets_uncached(lay, dims)
+        if out is not None:
+            for a in out:
+                a.flags.writeable = False
+        if len(_OFFSETS) > 4096:
+            _OFFSETS.clear()
+        _OFFSETS[key] = out
+        return out
+
+    def _offsets_uncached(self, lay: Layout, dims):
         d = np.asarray(dims, np.int64)
         lx = np.asarray(_local(lay.tiles, dims), np.int64)
         ly = np.asarray(_local(self.to.tiles, dims), np.int64)

@@ -38,6 +38,7 @@ from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
 from hlo_spmd.passes.partition.combine import combine_collectives
 from hlo_spmd.passes.partition.schedule import sink_to_first_use
 from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.stats import computation_peak_bytes
 
 # Reducers whose all-reduces may be merged through an op of the same kind.
@@ -50,13 +51,18 @@ def tidy_module(module: Module, num_devices: int, causes=None,
     (the partitioner's CauseLog) learns that a new collective serves what it replaces;
     ``combine_threshold_bytes`` > 0 combines collectives up to that size (combine.py)."""
     inherit = causes.inherit if causes is not None else (lambda new, old: None)
-    rewrites = (lambda c: _reassociate_all_reduces(c, inherit),
-                lambda c: _sink_slices_through_transposes(c),
-                lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit),
-                lambda c: _fold_all_gather_own_slice(c, num_devices))
+    # Each rewrite with the opcodes it starts from: a computation holding none of them
+    # (most are reducers) is skipped without building its use map.
+    rewrites = ((("all-reduce",), lambda c: _reassociate_all_reduces(c, inherit)),
+                (("transpose", "all-reduce"), lambda c: _sink_slices_through_transposes(c)),
+                (("all-reduce",),
+                 lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit)),
+                (("all-gather",), lambda c: _fold_all_gather_own_slice(c, num_devices)))
     for comp in list(module.computations):
-        for rewrite in rewrites:
-            if rewrite(comp):
+        # No rewrite creates an opcode another one starts from unless it was there.
+        present = {i.opcode for i in comp.instructions}
+        for needs, rewrite in rewrites:
+            if all(op in present for op in needs) and rewrite(comp):
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically()
                 comp.remove_dead()
@@ -92,7 +98,7 @@ def _position_in_group(groups: np.ndarray, num_devices: int) -> np.ndarray | Non
     """For every device, its index within its replica group (None unless every device is
     in exactly one group)."""
     flat = groups.reshape(-1)
-    if flat.size != num_devices or np.unique(flat).size != num_devices or \
+    if flat.size != num_devices or not all_distinct(flat) or \
             flat.min() < 0 or flat.max() >= num_devices:
         return None
     pos = np.empty(num_devices, np.int64)
@@ -166,11 +172,22 @@ def _new(comp: Computation, opcode: str, operands: list[Instruction],
     return comp.add(inst, like.name if like is not None else opcode)
 
 
-def _replace(comp: Computation, old: Instruction, new: Instruction) -> None:
-    """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding."""
+def _replace(comp: Computation, old: Instruction, new: Instruction,
+             users: dict[int, list[Instruction]]) -> None:
+    """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding.
+    ``users`` is the rewrite's use map (``iter_operand_users``): only ``old``'s users are
+    visited, not the whole computation (a rewrite makes hundreds of replacements in a
+    10k-instruction body), and ``new`` takes them over in the map."""
     if comp.root is old:
         new.sharding = old.sharding
-    comp.replace_all_uses(old, new)
+        comp.root = new
+    moved = [u for u in users.pop(id(old), ()) if u is not new]
+    for u in moved:
+        u.replace_operand(old, new)
+    if moved:
+        mine = users.setdefault(id(new), [])
+        seen = {id(u) for u in mine}
+        mine.extend(u for u in moved if id(u) not in seen)
 
 
 # -- rewrites ------------------------------------------------------------------------------------
@@ -198,8 +215,7 @@ def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -
         merged = _new(comp, "all-reduce", [local], _collective_attrs(a, comp.module),
                       a.called_computations, like=a)
         inherit(merged, a)
-        _replace(comp, inst, merged)
-        users.setdefault(id(merged), []).extend(users.get(id(inst), []))
+        _replace(comp, inst, merged, users)
         users[id(local)] = [merged]
         changed = True
     return changed
@@ -248,7 +264,7 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
             tattrs = _plain_attrs(t)
             tattrs.dimensions.extend(perm)
             moved = _new(comp, "transpose", [inner], tattrs, like=t)
-            _replace(comp, ds, moved)
+            _replace(comp, ds, moved, users)
             changed = True
     return changed
 
@@ -274,7 +290,7 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
         rs = _new(comp, "reduce-scatter", [ar.operands[0]], attrs, ar.called_computations)
         inherit(rs, ar)
         for ds in cuts:
-            _replace(comp, ds, rs)
+            _replace(comp, ds, rs, users)
         changed = True
     return changed
 
@@ -292,6 +308,6 @@ def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
         x = ag.operands[0]
         for ds in users.get(id(ag), []):
             if _own_part_dim(ds, ag, groups, num_devices) == d and ds.shape == x.shape:
-                _replace(comp, ds, x)
+                _replace(comp, ds, x, users)
                 changed = True
     return changed
