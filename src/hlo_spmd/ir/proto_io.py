@@ -90,6 +90,20 @@ def sharding_to_proto(sharding: Any) -> Any:
 
 
 # -- module ---------------------------------------------------------------------------------
+def _clear_fields(msg: Any, fields: tuple[str, ...]) -> Any:
+    """``msg`` with ``fields`` (the ones the IR owns) cleared in place."""
+    for f in fields:
+        msg.ClearField(f)
+    return msg
+
+
+def _copy_without(msg: Any, fields: tuple[str, ...]) -> Any:
+    """A copy of ``msg`` without ``fields``: what the IR keeps as a node's other fields."""
+    out = type(msg)()
+    out.CopyFrom(msg)
+    return _clear_fields(out, fields)
+
+
 def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
                       consume: bool = False) -> Module:
     """The IR of ``msg``. With ``consume`` the message is taken over rather than copied:
@@ -99,11 +113,7 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
     module = Module(msg.name)
     module.id = msg.id
     if not consume:
-        attrs = hlo_pb2.HloModuleProto()
-        attrs.CopyFrom(msg)
-        for f in _MODULE_OWNED:
-            attrs.ClearField(f)
-        module.attrs = attrs
+        module.attrs = _copy_without(msg, _MODULE_OWNED)
 
     by_id: dict[int, Computation] = {}
     pending: list[tuple[Instruction, list[int]]] = []
@@ -117,11 +127,7 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
         comp.is_fusion_computation = cmsg.is_fusion_computation
         comp.execution_thread = cmsg.execution_thread
         if not consume:
-            cattrs = hlo_pb2.HloComputationProto()
-            cattrs.CopyFrom(cmsg)
-            for f in _COMPUTATION_OWNED:
-                cattrs.ClearField(f)
-            comp.attrs = cattrs
+            comp.attrs = _copy_without(cmsg, _COMPUTATION_OWNED)
         if cmsg.id in by_id:
             raise InputError(f"duplicate computation id {cmsg.id}", f"{source}: computation {cmsg.name}")
         by_id[cmsg.id] = comp
@@ -192,12 +198,8 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
         # Detach the computation messages (and through them the instructions' attrs)
         # before clearing the module's owned fields: the kept references stay valid.
         for comp, cmsg in zip(module.computations, msg.computations):
-            for f in _COMPUTATION_OWNED:
-                cmsg.ClearField(f)
-            comp.attrs = cmsg
-        for f in _MODULE_OWNED:
-            msg.ClearField(f)
-        module.attrs = msg
+            comp.attrs = _clear_fields(cmsg, _COMPUTATION_OWNED)
+        module.attrs = _clear_fields(msg, _MODULE_OWNED)
     return module
 
 
