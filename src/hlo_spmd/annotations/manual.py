@@ -80,6 +80,12 @@ def _entry_context(inst: Instruction, exit: bool = False):  # type: ignore[no-un
     return values, tuple(own), enclosing, module_meshes(module), where
 
 
+def _local_manual_axes(enclosing: tuple[str, ...], own: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes the local side of a manual computation is manual over: the enclosing
+    computations' axes, then its own."""
+    return enclosing + tuple(a for a in own if a not in enclosing)
+
+
 def refined_entry_value(v: sdy.TensorSharding, operand: HloSharding | None, meshes,
                         enclosing: tuple[str, ...], own: tuple[str, ...], where: str,
                         dims: Sequence[int], local: bool = False) -> sdy.TensorSharding:
@@ -111,9 +117,8 @@ def refined_entry_value(v: sdy.TensorSharding, operand: HloSharding | None, mesh
                 cand = sdy.TensorSharding(v.mesh, tuple(cand_dims), v.replicated,
                                           v.unreduced, v.text)
                 if local:
-                    inner = enclosing + tuple(a for a in own if a not in enclosing)
-                    view = sdy.to_hlo_sharding(sdy.erase_axes(cand, own), meshes, inner,
-                                               where, rank)
+                    view = sdy.to_hlo_sharding(sdy.erase_axes(cand, own), meshes,
+                                               _local_manual_axes(enclosing, own), where, rank)
                 else:
                     view = sdy.to_hlo_sharding(cand, meshes, enclosing, where, rank)
                 if is_subtiling(operand, view, dims):
@@ -135,7 +140,7 @@ def sdy_entry_refined_sharding(inst: Instruction) -> HloSharding | None:
     values, own, enclosing, meshes, where = got
     if not any(v.open_dims for v in values):
         return None
-    inner = enclosing + tuple(a for a in own if a not in enclosing)
+    inner = _local_manual_axes(enclosing, own)
     leaves = []
     for v, op in zip(values, inst.operands):
         try:
@@ -160,7 +165,7 @@ def sdy_entry_full_shardings(inst: Instruction) -> list[HloSharding] | None:
     if got is None:
         return None
     values, own, enclosing, meshes, where = got
-    inner = enclosing + tuple(a for a in own if a not in enclosing)
+    inner = _local_manual_axes(enclosing, own)
     local = inst.sharding
     out = []
     for v, op in zip(values, inst.operands):
@@ -226,7 +231,7 @@ def sdy_exit_local_shardings(inst: Instruction) -> list[HloSharding] | None:
     if got is None:
         return None
     values, own, enclosing, meshes, where = got
-    inner = enclosing + tuple(a for a in own if a not in enclosing)
+    inner = _local_manual_axes(enclosing, own)
     full = inst.sharding
     out = []
     for i, (v, op) in enumerate(zip(values, inst.operands)):
