@@ -82,6 +82,53 @@ def test_a_rule_reading_more_than_declared_is_caught(check_skips, monkeypatch):
         propagate(module)
 
 
+def test_a_change_the_worklist_misses_is_caught(check_skips, monkeypatch):
+    # The worklist visits only inferences whose inputs changed (``Worklist.changed``);
+    # if a change went unreported, check mode must notice the stale instruction.
+    from hlo_spmd.passes.propagation.worklist import Worklist
+
+    original = Worklist.changed
+
+    def forgetful(self, inst):
+        if self.p.level < 1:
+            original(self, inst)
+
+    monkeypatch.setattr(Worklist, "changed", forgetful)
+    module = load_module(FIXTURES / "transformer_train_step.pb")
+    inline_calls(module)
+    with pytest.raises(HloSpmdError, match="would not revisit"):
+        propagate(module)
+
+
+def test_the_worklist_gives_the_full_walks_decisions():
+    # Same shardings, rules, sources, levels and iterations as visiting everything:
+    # with every instruction flagged before each sweep the worklist is the full walk.
+    from hlo_spmd.passes.propagation.worklist import Worklist
+
+    def run(full: bool):
+        module = load_module(FIXTURES / "transformer_train_step.pb")
+        inline_calls(module)
+        original = Worklist.sweep
+
+        def sweep(self, ci, d):
+            if full:
+                self.flagged[d].update(id(i) for i in self.orders[ci])
+                self.pending[ci][d].update(range(len(self.orders[ci])) if d == 0 else
+                                           (-k for k in range(len(self.orders[ci]))))
+            return original(self, ci, d)
+
+        Worklist.sweep = sweep
+        try:
+            r = propagate(module)
+        finally:
+            Worklist.sweep = original
+        return r.iterations, [(k, str(d.sharding), d.rule, d.sources, d.level, d.iteration,
+                               [str(a) for a in d.alternatives])
+                              for k, d in r.decisions.items()]
+
+    assert run(False) == run(True)
+
+
 def _graphs():
     pytest.importorskip("jax")
     from test_partition_random_graphs import graphs

@@ -27,7 +27,8 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
-from hlo_spmd.passes.propagation.unchanged import UnchangedMemo
+from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo
+from hlo_spmd.passes.propagation.worklist import Worklist
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -71,6 +72,7 @@ class Propagator:
         # Inferences whose inputs are unchanged since they last changed nothing are
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
+        self.worklist = Worklist(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
         self._user_rule: dict[int, tuple] = {}
@@ -101,6 +103,7 @@ class Propagator:
             sources: tuple[Instruction, ...] = (), direction: str | None = None) -> None:
         sharding = ops.normalize_tuple(sharding, inst.shape)
         inst.sharding = sharding
+        self.worklist.changed(inst)
         self.rec.accept(inst.name, sharding, rule, direction or self.direction,
                         tuple(s.name for s in sources))
 
@@ -429,22 +432,23 @@ class Propagator:
 
     # -- the fixpoint ---------------------------------------------------------------------------
     def run_to_fix_point(self, level: int) -> None:
-        """RunToFixPoint at one aggressiveness level."""
+        """RunToFixPoint at one aggressiveness level (visiting only what ``worklist``
+        says the full walk would not skip)."""
         self.level = level
         self.rec.level = level
-        done_ops: set[int] = set()
-        done_users: set[int] = set()
+        wl = self.worklist
+        wl.start_level(level)
         done_group: set[int] = set()
         graph = self.graph
 
         def clear_cache(hlo: Instruction, hlo_for_users: Instruction | None = None) -> None:
             for o in hlo.operands:
-                done_users.discard(id(o))
+                wl.undo(o, BW)
             for user in graph.users_of(hlo_for_users or hlo):
-                done_ops.discard(id(user))
+                wl.undo(user, FW)
                 for c in user.called_computations:
                     for prm in c.parameters:
-                        done_ops.discard(id(prm))
+                        wl.undo(prm, FW)
             group = self.groups.group_of(hlo)
             if group is not None:
                 for m in group:
@@ -464,7 +468,7 @@ class Propagator:
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
-            for comp in graph.computations:
+            for ci, comp in enumerate(graph.computations):
                 order = graph.post_orders[comp.name]
                 if self.groups:
                     self.direction = "shard-group"
@@ -486,42 +490,40 @@ class Propagator:
                             after_change(inst)
                             changed_last = True
                 self.direction = "forward"
-                for inst in order:
+                for inst in wl.sweep(ci, FW):
                     key = id(inst)
-                    if key in done_ops:
-                        continue
                     if key in self.provided:
                         if not self.may_combine or key not in self.unspecified:
+                            wl.keep(inst, FW)
                             continue
                         ok, conv = unspec.from_operand(self, inst, self.unspecified[key])
                         if ok:
                             clear_cache(inst, conv)
-                            done_ops.add(key)
                             changed_last = True
+                        else:
+                            wl.keep(inst, FW)
                         continue
-                    done_ops.add(key)
                     if self.unchanged.forward(inst):
                         after_change(inst)
                         changed_last = True
                 self.direction = "backward"
-                for inst in reversed(order):
+                for inst in wl.sweep(ci, BW):
                     key = id(inst)
-                    if key in boundaries and key not in done_users:
-                        done_users.discard(id(inst.operands[0]))
-                    if key in done_users:
-                        continue
+                    if key in boundaries:
+                        wl.undo(inst.operands[0], BW)
                     if key in self.provided:
                         if not self.may_combine or key not in self.unspecified:
+                            wl.keep(inst, BW)
                             continue
                         ok, conv = unspec.from_users(self, inst, self.unspecified[key], level)
                         if ok:
                             clear_cache(inst, conv)
-                            done_users.add(key)
                             if conv is not None:
-                                done_users.add(id(conv))
+                                wl.mark_done(conv, BW)
                             changed_last = True
+                        else:
+                            wl.keep(inst, BW)
                         continue
-                    done_users.add(key)
                     if self.unchanged.backward(inst):
                         after_change(inst)
                         changed_last = True
@@ -536,6 +538,7 @@ class Propagator:
 
     def run_levels(self) -> None:
         """Every aggressiveness level to its fix point (once per priority round)."""
+        self.worklist.start_round()
         for level in LEVELS[:-1]:
             self.run_to_fix_point(level)
         if self.groups:

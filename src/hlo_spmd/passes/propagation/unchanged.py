@@ -60,6 +60,7 @@ _is = operator.is_
 _sharding = operator.attrgetter("sharding")
 _is_none = functools.partial(operator.is_, None)
 LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
+FW, BW = 0, 1            # directions (``worklist``)
 
 
 def check_enabled() -> bool:
@@ -77,6 +78,9 @@ class UnchangedMemo:
         #              the shardings it read]
         self._fw: dict[int, list] = {}
         self._bw: dict[int, list] = {}
+        # Entries whose last no-change run was below their level cap: a later level
+        # changes their class (``stale_at``).  id(inst) -> entry, per direction.
+        self._upgradable: tuple[dict[int, list], dict[int, list]] = ({}, {})
         self.skipped = 0
         self.trivial = 0
 
@@ -141,14 +145,27 @@ class UnchangedMemo:
         """``infer_from_operands(inst)``, skipped when its inputs are those of its last
         no-change run."""
         entry = self._fw.get(id(inst)) or self._forward_entry(inst)
-        return self._run(inst, entry, self.p.infer_from_operands)
+        return self._run(inst, entry, self.p.infer_from_operands, FW)
 
     def backward(self, inst: Instruction) -> bool:
         """``infer_from_users(inst)``, likewise."""
         entry = self._bw.get(id(inst)) or self._backward_entry(inst)
-        return self._run(inst, entry, self.p.infer_from_users)
+        return self._run(inst, entry, self.p.infer_from_users, BW)
 
-    def _run(self, inst: Instruction, entry: list, infer) -> bool:
+    def stale_at(self, level: int, d: int) -> list[int]:
+        """Instructions (ids) whose last no-change inference in direction ``d`` was at
+        another level class than ``level``'s: the memo cannot skip them now."""
+        up = self._upgradable[d]
+        stale = []
+        for key, entry in up.items():
+            cap = entry[1]
+            if entry[2] != (level if level < cap else cap):
+                stale.append(key)
+        for key in stale:
+            del up[key]
+        return stale
+
+    def _run(self, inst: Instruction, entry: list, infer, d: int) -> bool:
         insts = entry[0]
         if insts is LOOKAHEAD:
             insts = self._lookahead_reads(inst)
@@ -175,7 +192,35 @@ class UnchangedMemo:
         # Nothing changed: these are the shardings the rule read.
         entry[2] = cls
         entry[3] = now
+        if cls < cap:
+            self._upgradable[d][id(inst)] = entry
         return False
+
+    def check_unflagged(self, order: list[Instruction], d: int, flagged: set[int],
+                        always: set[int]) -> None:
+        """Check mode, after a sweep: every inference the worklist would not visit (not
+        flagged) is one the memo skips, and running it anyway changes nothing."""
+        from hlo_spmd.errors import HloSpmdError
+
+        entries = self._fw if d == FW else self._bw
+        infer = self.p.infer_from_operands if d == FW else self.p.infer_from_users
+        level = self.p.level
+        for inst in order:
+            key = id(inst)
+            if key in flagged or key in always or key in self.p.provided:
+                continue
+            entry = entries.get(key)
+            ok = entry is not None and entry[0] is not LOOKAHEAD and entry[3] is not None
+            if ok:
+                cap = entry[1]
+                ok = (entry[2] == (level if level < cap else cap)
+                      and len(entry[3]) == len(entry[0])
+                      and all(map(_is, entry[3], map(_sharding, entry[0]))))
+            if not ok:
+                raise HloSpmdError(f"propagation's worklist would not revisit {inst.name} "
+                                   f"({inst.opcode}) whose inputs changed at level {level}")
+            self.skipped += 1
+            self._verify(inst, infer)
 
     def _verify(self, inst: Instruction, infer) -> None:
         from hlo_spmd.errors import HloSpmdError
