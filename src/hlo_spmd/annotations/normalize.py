@@ -429,6 +429,7 @@ class _Normalizer:
         self.inner_region: dict[int, _RawRegion] = {}     # id(inst) -> sdy region it is in
         self.comp_ctx: dict[int, set[tuple[str, ...]]] = {}
         self.records: dict[int, AnnotationRecord] = {}     # id(inst) -> record
+        self._visit_fattrs: dict[int, Mapping[str, str]] = {}  # id(inst) -> non-empty ones
 
     # -- sdy helpers -----------------------------------------------------------------------
     def where(self, comp: "Computation | None", inst: "Instruction | None") -> str:
@@ -594,8 +595,8 @@ class _Normalizer:
         target = _target(inst)
         if target in _ENTERS or target in _EXITS:
             return          # handled with its region
-        fa = _fattrs(inst)
-        text = fa.get(ATTR_SHARDING)
+        fa = self._visit_fattrs.get(id(inst))
+        text = None if fa is None else fa.get(ATTR_SHARDING)
         classic = inst.sharding
         if target == SHARDING_TARGET:
             where = self.where(comp, inst)
@@ -944,14 +945,24 @@ class _Normalizer:
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> AnnotationReport:
         rep = self.report
+        # The frontend attributes of every instruction are read once, here: most have
+        # none, and ``visit`` needs only the non-empty ones (nothing here writes them).
+        fattrs = self._visit_fattrs
+        for i in self.module.instructions():
+            fa = i.attrs.frontend_attributes.map
+            if fa:
+                fattrs[id(i)] = fa
         rep.has_shardy = bool(self.meshes) or any(
-            any(k.startswith("xla.sdy.") for k in _fattrs(i)) or _target(i).startswith("xla.sdy.")
-            for i in self.module.instructions())
+            k.startswith("xla.sdy.") for fa in fattrs.values() for k in fa) or any(
+            _target(i).startswith("xla.sdy.") for i in self.module.instructions())
         self.find_regions()
         self.compute_contexts()
         for comp in self.module.computations:
             for inst in comp.instructions:
-                self.visit(comp, inst)
+                # (an unsharded non-custom-call without attributes has nothing to visit)
+                if inst.sharding is not None or id(inst) in fattrs or \
+                        inst.opcode == "custom-call":
+                    self.visit(comp, inst)
         # Boundaries after the other instructions: a classic entry reads the sharding of
         # its operand (normally a Sharding custom-call, read by now).
         regions_out: dict[int, ManualRegion] = {}
