@@ -82,6 +82,19 @@ def test_a_rule_reading_more_than_declared_is_caught(check_skips, monkeypatch):
         propagate(module)
 
 
+def test_a_level_answer_the_memo_does_not_note_is_caught(check_skips, monkeypatch):
+    # A no-change inference that asked ``at_least`` holds only at levels giving the same
+    # answers; if an answer went unnoted, a skip at another level must be caught.
+    def unnoted(self, k, level=None):
+        return (self._level if level is None else level) >= k
+
+    monkeypatch.setattr(engine.Propagator, "at_least", unnoted)
+    module = load_module(FIXTURES / "transformer_train_step.pb")
+    inline_calls(module)
+    with pytest.raises(HloSpmdError, match="skipped an inference"):
+        propagate(module)
+
+
 def test_a_change_the_worklist_misses_is_caught(check_skips, monkeypatch):
     # The worklist visits only inferences whose inputs changed (``Worklist.changed``);
     # if a change went unreported, check mode must notice the stale instruction.

@@ -52,7 +52,7 @@ def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
                       level: int) -> HloSharding | None:
     """GetShardingFromUser."""
     min_level, rule, _, blocked = p.user_rule(user)
-    if level < min_level:
+    if min_level and not p.at_least(min_level, level):
         return None
     if not sp(user.sharding):
         return None
@@ -107,7 +107,7 @@ def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
 
 
 def concatenate(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    if p.level == 0:
+    if not p.at_least(1):
         return None
     return user.sharding
 
@@ -172,7 +172,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
 
 
 def dynamic_slicing(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
-    if p.level == 0:
+    if not p.at_least(1):
         return None
     s = user.sharding
     if s.is_replicated:

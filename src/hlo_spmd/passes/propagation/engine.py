@@ -35,6 +35,7 @@ from hlo_spmd.sharding.unreduced import reduce_all
 
 LEVELS = (0, 1, 2, 3, 3)
 LOOKAHEAD_LEVEL = 1 << 62
+NO_LEVEL_LIMIT = 1 << 62  # (``level_hi`` when no answer bounds the level from above)
 
 # SupportSpatialPartitioning: opcodes the SPMD partitioner can split.
 SPATIAL_OPCODES = frozenset({
@@ -61,7 +62,13 @@ class Propagator:
         self.report_open_dims: dict[str, tuple[int, ...]] = {
             r.name: tuple(r.unspecified_dims)
             for r in getattr(annotations, "records", ()) if r.unspecified_dims}
-        self.level = 0
+        self._level = 0
+        # What the running inference learnt about the level (``unchanged`` resets and
+        # reads these): a plain read of ``level`` makes it depend on the exact level;
+        # ``at_least`` answers bound it to [level_lo, level_hi).
+        self.level_read = False
+        self.level_lo = 0
+        self.level_hi = NO_LEVEL_LIMIT
         self.direction = "forward"
         self.provided: set[int] = set()
         self.unspecified: dict[int, tuple[int, ...]] = {}
@@ -86,10 +93,40 @@ class Propagator:
             self._dims_cache[id(inst)] = d
         return d
 
-    # -- sharding updates with provenance ----------------------------------------------------
+    # -- the level ----------------------------------------------------------------------------
+    @property
+    def level(self) -> int:
+        """The aggressiveness level (read as a number: the inference depends on it exactly;
+        prefer ``at_least``)."""
+        self.level_read = True
+        return self._level
+
+    @level.setter
+    def level(self, value: int) -> None:
+        self._level = value
+
+    def at_least(self, k: int, level: int | None = None) -> bool:
+        """Whether the level (``level``, default the current one) is >= ``k``, noting the
+        answer so that the memo knows at which other levels the inference would read the
+        same (``unchanged``).  The lookahead's level is not the run's: not noted."""
+        lv = self._level if level is None else level
+        r = lv >= k
+        if lv == self._level and lv != LOOKAHEAD_LEVEL:
+            if r:
+                if k > self.level_lo:
+                    self.level_lo = k
+            elif k < self.level_hi:
+                self.level_hi = k
+        return r
+
     @property
     def may_combine(self) -> bool:
-        return self.level > 0
+        return self.at_least(1)
+
+    def _may_combine(self) -> bool:
+        return self.at_least(1)
+
+    # -- sharding updates with provenance ----------------------------------------------------
 
     def verdict(self, inst: Instruction, cand: HloSharding, allow: bool = False) -> Verdict:
         if cand.is_tuple and not inst.shape.is_tuple:
@@ -97,7 +134,8 @@ class Propagator:
         cand = ops.normalize_tuple(cand, inst.shape)
         if inst.opcode not in LINEAR_OPS:  # partial sums flow through linear ops only
             cand = reduce_all(cand)
-        return improved(cand, inst.sharding, inst.shape, self.may_combine, allow)
+        # (``may_combine`` asked only if the verdict needs it: see ``at_least``)
+        return improved(cand, inst.sharding, inst.shape, self._may_combine, allow)
 
     def set(self, inst: Instruction, sharding: HloSharding, rule: str,
             sources: tuple[Instruction, ...] = (), direction: str | None = None) -> None:
@@ -125,7 +163,7 @@ class Propagator:
     def improve_sub(self, inst: Instruction, cand: HloSharding, index: int, rule: str,
                     sources: tuple[Instruction, ...], allow: bool = False) -> bool:
         """MaybeImproveInstructionSubSharding (tuple element ``index``)."""
-        new = improved_sub(cand, inst.sharding, inst.shape, index, self.may_combine, allow)
+        new = improved_sub(cand, inst.sharding, inst.shape, index, self._may_combine, allow)
         if new is None:
             self.reject(inst, cand, rule, sources, pv.NOT_FINER)
             return False
@@ -186,7 +224,7 @@ class Propagator:
     # -- forward / backward inference ---------------------------------------------------------
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        if self.level < self.min_level(inst):
+        if not self.at_least(self.min_level(inst)):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
@@ -200,7 +238,7 @@ class Propagator:
                     continue
                 if g.is_custom_call(inst, g.SHARD_TO_FULL):
                     return False
-                if self.level == 0 and op in ("concatenate", "dynamic-slice"):
+                if op in ("concatenate", "dynamic-slice") and not self.at_least(1):
                     return False
                 manual = ops.normalize_tuple(HloSharding.manual(), inst.shape)
                 self.set(inst, manual, "manual.forward", (o,), direction="manual")
@@ -212,7 +250,7 @@ class Propagator:
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
         op = g.opcode(inst)
-        if self.level < 2 and op == "broadcast":
+        if op == "broadcast" and not self.at_least(2):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
@@ -227,7 +265,7 @@ class Propagator:
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
                     return True
-                us = bw.operand_from_user(self, inst, user, self.level)
+                us = bw.operand_from_user(self, inst, user, self._level)
                 if us is not None and us.is_manual:
                     self.set(inst, us, "manual.backward", (user,), direction="manual")
                     return True
@@ -241,7 +279,7 @@ class Propagator:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
                     return True
                 return False
-            us = bw.operand_from_user(self, inst, user, self.level)
+            us = bw.operand_from_user(self, inst, user, self._level)
             if us is not None:
                 if us.is_tuple != inst.shape.is_tuple:
                     us = ops.normalize_tuple(us, inst.shape)
@@ -264,12 +302,12 @@ class Propagator:
                 return None
             cur = nxt[0]
             chain.append(cur)
-        saved_level = self.level
+        saved_level = self._level
         self.level = LOOKAHEAD_LEVEL
         result: HloSharding | None = None
         try:
             for i in range(len(chain) - 1, 0, -1):
-                result = bw.operand_from_user(self, chain[i - 1], chain[i], self.level)
+                result = bw.operand_from_user(self, chain[i - 1], chain[i], self._level)
                 if result is not None and i != 1:
                     chain[i - 1].sharding = result
                     continue

@@ -180,7 +180,7 @@ def parameter(p: "Propagator", inst: Instruction) -> bool:
 # -- shape-changing ops -------------------------------------------------------------------
 
 def broadcast(p: "Propagator", inst: Instruction) -> bool:
-    if p.level < 3:
+    if not p.at_least(3):
         return False
     op = inst.operands[0]
     s = op.sharding
@@ -225,7 +225,7 @@ def concatenate(p: "Propagator", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
     if op is None or not sp(op.sharding):
         return False
-    if p.level == 0:
+    if not p.at_least(1):
         cdim = int(inst.attrs.dimensions[0])
         for o in inst.operands:
             s = o.sharding

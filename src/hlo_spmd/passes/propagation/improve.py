@@ -3,7 +3,8 @@ ReturnImprovedShardingImpl): never coarser, never incompatible, manual only over
 tile-maximal; partial shardings may combine into a strictly finer one."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, Union
 
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.propagation import provenance as pv
@@ -14,13 +15,18 @@ from hlo_spmd.sharding import HloSharding, is_spatially_partitioned, is_subtilin
 SAME = "same as current"
 
 
+# Whether partial shardings may combine: a bool, or a function asked only when the
+# verdict depends on it (propagation notes which levels an inference's answer holds at).
+MayCombine = Union[bool, Callable[[], bool]]
+
+
 class Verdict(NamedTuple):
     sharding: HloSharding | None   # the sharding to adopt, None to keep the current one
     reason: str                    # why not (when sharding is None)
 
 
 def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
-             may_combine_partial: bool, allow_aggressive: bool = False) -> Verdict:
+             may_combine_partial: MayCombine, allow_aggressive: bool = False) -> Verdict:
     """The sharding to adopt given ``candidate`` (ReturnImprovedShardingImpl)."""
     if current is not None and candidate == current:
         return Verdict(None, SAME)
@@ -34,6 +40,8 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
         return Verdict(None, pv.MANUAL)
     if candidate.is_tuple != current.is_tuple:
         return Verdict(None, pv.INCOMPATIBLE)
+    if callable(may_combine_partial):
+        may_combine_partial = may_combine_partial()
     ok, merged = merge_sharding(current, candidate, may_combine_partial)
     if not ok:
         return Verdict(None, pv.NOT_FINER)
@@ -46,7 +54,7 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
 
 
 def improved_sub(candidate: HloSharding, current: HloSharding | None, shape: Shape, index: int,
-                 may_combine_partial: bool, allow_aggressive: bool = False) -> HloSharding | None:
+                 may_combine_partial: MayCombine, allow_aggressive: bool = False) -> HloSharding | None:
     """ReturnImprovedSubSharding + the tuple rebuild of MaybeImproveInstructionSubSharding:
     the whole new sharding of a tuple-shaped instruction, or None."""
     if not shape.is_tuple:

@@ -12,15 +12,18 @@ copy of each), so shardings and provenance are exactly those of running it.
 
 What a rule reads (keep in sync with ``forward`` / ``backward`` when rules change):
 
-* forward (``infer_from_operands``): the instruction's own sharding and its operands';
-  the level through ``can_propagate_at_level`` and ``may_combine`` (0 vs >= 1), and for
-  broadcast its own thresholds (2 and 3).  A parameter of a called computation also
-  reads its caller's operands; dot and convolution also read their lookahead chain of
-  single users (``FORWARD_LOOKAHEAD``, see ``_lookahead_reads``).
+* the level: rules ask ``Propagator.at_least(k)`` (``may_combine`` is ``at_least(1)``),
+  and a no-change run then holds at every level giving the same answers.  A rule that
+  reads ``Propagator.level`` as a number holds at its level class only: 0 vs >= 1, and
+  for broadcast its own thresholds (forward 2 and 3, backward 2), the caps below.
+* forward (``infer_from_operands``): the instruction's own sharding and its operands'.
+  A parameter of a called computation also reads its caller's operands; dot and
+  convolution also read their lookahead chain of single users (``FORWARD_LOOKAHEAD``,
+  see ``_lookahead_reads``).
 * backward (``infer_from_users``): the instruction's own sharding and its users'; for a
   user whose rule also reads its other operands (anything not in
   ``BACKWARD_READS_USER_ONLY``, e.g. dot, reduce, scatter) every operand of that user;
-  the level as above, with 2 where the instruction or a user is a broadcast.
+  the level as above (cap 2 where the instruction or a user is a broadcast).
 
 An inference none of whose reads is sharded yet is not run either: every rule needs a
 sharded neighbour to offer a candidate (except a ``BACKWARD_FROM_NOTHING`` user).
@@ -60,6 +63,7 @@ _is = operator.is_
 _sharding = operator.attrgetter("sharding")
 _is_none = functools.partial(operator.is_, None)
 LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
+NO_LEVEL_LIMIT = 1 << 62
 FW, BW = 0, 1            # directions (``worklist``)
 
 
@@ -74,12 +78,12 @@ class UnchangedMemo:
         self.p = p
         self.check = check_enabled()
         # id(inst) -> [instructions whose shardings the rule reads (LOOKAHEAD: per visit),
-        #              level cap, level class of the last no-change run (-1: none),
-        #              the shardings it read]
+        #              level cap, levels [lo, hi) at which the last no-change run reads
+        #              the same (empty: none), the shardings it read, may be trivial]
         self._fw: dict[int, list] = {}
         self._bw: dict[int, list] = {}
-        # Entries whose last no-change run was below their level cap: a later level
-        # changes their class (``stale_at``).  id(inst) -> entry, per direction.
+        # Entries whose last no-change run holds below some level only: a later level
+        # makes them stale (``stale_at``).  id(inst) -> entry, per direction.
         self._upgradable: tuple[dict[int, list], dict[int, list]] = ({}, {})
         self.skipped = 0
         self.trivial = 0
@@ -94,7 +98,7 @@ class UnchangedMemo:
             owner = self.p.graph.owner(inst) if op == "parameter" else None
             if owner is not None:
                 reads += tuple(owner.operands)
-        entry = [reads, 3 if op == "broadcast" else 1, -1, None, True]
+        entry = [reads, 3 if op == "broadcast" else 1, 1, 0, None, True]
         self._fw[id(inst)] = entry
         return entry
 
@@ -136,7 +140,7 @@ class UnchangedMemo:
                 trivial = False
             if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
                 reads.extend(user.operands)
-        entry = [tuple(reads), cap, -1, None, trivial]
+        entry = [tuple(reads), cap, 1, 0, None, trivial]
         self._bw[id(inst)] = entry
         return entry
 
@@ -153,13 +157,12 @@ class UnchangedMemo:
         return self._run(inst, entry, self.p.infer_from_users, BW)
 
     def stale_at(self, level: int, d: int) -> list[int]:
-        """Instructions (ids) whose last no-change inference in direction ``d`` was at
-        another level class than ``level``'s: the memo cannot skip them now."""
+        """Instructions (ids) whose last no-change inference in direction ``d`` does not
+        hold at ``level``: the memo cannot skip them now."""
         up = self._upgradable[d]
         stale = []
         for key, entry in up.items():
-            cap = entry[1]
-            if entry[2] != (level if level < cap else cap):
+            if not entry[2] <= level < entry[3]:
                 stale.append(key)
         for key in stale:
             del up[key]
@@ -169,30 +172,43 @@ class UnchangedMemo:
         insts = entry[0]
         if insts is LOOKAHEAD:
             insts = self._lookahead_reads(inst)
-        level = self.p.level
-        cap = entry[1]
-        cls = level if level < cap else cap
-        last = entry[3]
-        if entry[2] == cls and len(last) == len(insts) and all(map(_is, last,
-                                                                    map(_sharding, insts))):
+        p = self.p
+        level = p._level
+        last = entry[4]
+        if entry[2] <= level < entry[3] and len(last) == len(insts) and \
+                all(map(_is, last, map(_sharding, insts))):
             self.skipped += 1
             if self.check:
                 self._verify(inst, infer)
             return False
         now = list(map(_sharding, insts))
-        if entry[4] and all(map(_is_none, now)):
+        # The levels at which a no-change run reads the same: the level class of the
+        # declared cap if the rule read the level as a number, else the range its
+        # ``at_least`` answers hold in.
+        exact = True
+        if entry[5] and all(map(_is_none, now)):
             # Nothing sharded to infer from: no rule offers a candidate.
             self.trivial += 1
             if self.check:
                 self._verify(inst, infer)
-        elif infer(inst):
-            entry[2] = -1
-            entry[3] = None
-            return True
+        else:
+            p.level_read = False
+            p.level_lo = 0
+            p.level_hi = NO_LEVEL_LIMIT
+            if infer(inst):
+                entry[2], entry[3] = 1, 0
+                entry[4] = None
+                return True
+            exact = p.level_read
         # Nothing changed: these are the shardings the rule read.
-        entry[2] = cls
-        entry[3] = now
-        if cls < cap:
+        if exact:
+            cap = entry[1]
+            lo, hi = (level, level + 1) if level < cap else (cap, NO_LEVEL_LIMIT)
+        else:
+            lo, hi = p.level_lo, p.level_hi
+        entry[2], entry[3] = lo, hi
+        entry[4] = now
+        if hi != NO_LEVEL_LIMIT:
             self._upgradable[d][id(inst)] = entry
         return False
 
@@ -204,18 +220,16 @@ class UnchangedMemo:
 
         entries = self._fw if d == FW else self._bw
         infer = self.p.infer_from_operands if d == FW else self.p.infer_from_users
-        level = self.p.level
+        level = self.p._level
         for inst in order:
             key = id(inst)
             if key in flagged or key in always or key in self.p.provided:
                 continue
             entry = entries.get(key)
-            ok = entry is not None and entry[0] is not LOOKAHEAD and entry[3] is not None
+            ok = entry is not None and entry[0] is not LOOKAHEAD and entry[4] is not None
             if ok:
-                cap = entry[1]
-                ok = (entry[2] == (level if level < cap else cap)
-                      and len(entry[3]) == len(entry[0])
-                      and all(map(_is, entry[3], map(_sharding, entry[0]))))
+                ok = (entry[2] <= level < entry[3] and len(entry[4]) == len(entry[0])
+                      and all(map(_is, entry[4], map(_sharding, entry[0]))))
             if not ok:
                 raise HloSpmdError(f"propagation's worklist would not revisit {inst.name} "
                                    f"({inst.opcode}) whose inputs changed at level {level}")
