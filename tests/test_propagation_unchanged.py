@@ -95,46 +95,47 @@ def test_a_level_answer_the_memo_does_not_note_is_caught(check_skips, monkeypatc
         propagate(module)
 
 
-def test_a_change_the_worklist_misses_is_caught(check_skips, monkeypatch):
-    # The worklist visits only inferences whose inputs changed (``Worklist.changed``);
+def test_a_change_the_dirty_set_misses_is_caught(check_skips, monkeypatch):
+    # The memo is asked only about inferences whose inputs changed (``DirtySet.changed``);
     # if a change went unreported, check mode must notice the stale instruction.
-    from hlo_spmd.passes.propagation.worklist import Worklist
+    from hlo_spmd.passes.propagation.dirty import DirtySet
 
-    original = Worklist.changed
+    original = DirtySet.changed
 
     def forgetful(self, inst):
-        if self.p.level < 1:
+        if self.p._level < 1:
             original(self, inst)
 
-    monkeypatch.setattr(Worklist, "changed", forgetful)
+    monkeypatch.setattr(DirtySet, "changed", forgetful)
     module = load_module(FIXTURES / "transformer_train_step.pb")
     inline_calls(module)
-    with pytest.raises(HloSpmdError, match="would not revisit"):
+    with pytest.raises(HloSpmdError, match="dirty set misses"):
         propagate(module)
 
 
-def test_the_worklist_gives_the_full_walks_decisions():
-    # Same shardings, rules, sources, levels and iterations as visiting everything:
-    # with every instruction flagged before each sweep the worklist is the full walk.
-    from hlo_spmd.passes.propagation.worklist import Worklist
+def test_the_dirty_set_gives_the_decisions_of_asking_the_memo_always():
+    # Same shardings, rules, sources, levels, iterations and alternatives as asking the
+    # memo about every inference the walk reaches (everything flagged, all the time).
+    from hlo_spmd.passes.propagation.dirty import DirtySet
 
-    def run(full: bool):
+    def run(always_ask: bool):
         module = load_module(FIXTURES / "transformer_train_step.pb")
         inline_calls(module)
-        original = Worklist.sweep
-
-        def sweep(self, ci, d):
-            if full:
-                self.flagged[d].update(id(i) for i in self.orders[ci])
-                self.pending[ci][d].update(range(len(self.orders[ci])) if d == 0 else
-                                           (-k for k in range(len(self.orders[ci]))))
-            return original(self, ci, d)
-
-        Worklist.sweep = sweep
+        patched = {}
+        if always_ask:
+            def flag_all(self, *args):
+                ids = [id(i) for i in self.p.graph.instructions()]
+                self.flagged[0].update(ids)
+                self.flagged[1].update(ids)
+            patched = {"start_level": flag_all, "changed": flag_all}
+        originals = {k: getattr(DirtySet, k) for k in patched}
+        for k, f in patched.items():
+            setattr(DirtySet, k, f)
         try:
             r = propagate(module)
         finally:
-            Worklist.sweep = original
+            for k, f in originals.items():
+                setattr(DirtySet, k, f)
         return r.iterations, [(k, str(d.sharding), d.rule, d.sources, d.level, d.iteration,
                                [str(a) for a in d.alternatives])
                               for k, d in r.decisions.items()]

@@ -27,8 +27,8 @@ from hlo_spmd.passes.propagation import unspecified as unspec
 from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
+from hlo_spmd.passes.propagation.dirty import DirtySet
 from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo
-from hlo_spmd.passes.propagation.worklist import Worklist
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -79,7 +79,7 @@ class Propagator:
         # Inferences whose inputs are unchanged since they last changed nothing are
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
-        self.worklist = Worklist(self)
+        self.dirty = DirtySet(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
         self._user_rule: dict[int, tuple] = {}
@@ -141,7 +141,7 @@ class Propagator:
             sources: tuple[Instruction, ...] = (), direction: str | None = None) -> None:
         sharding = ops.normalize_tuple(sharding, inst.shape)
         inst.sharding = sharding
-        self.worklist.changed(inst)
+        self.dirty.changed(inst)
         self.rec.accept(inst.name, sharding, rule, direction or self.direction,
                         tuple(s.name for s in sources))
 
@@ -224,7 +224,8 @@ class Propagator:
     # -- forward / backward inference ---------------------------------------------------------
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        if not self.at_least(self.min_level(inst)):
+        ml = self.min_level(inst)
+        if ml and not self.at_least(ml):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
@@ -256,8 +257,11 @@ class Propagator:
         if s is not None and s.is_manual:
             return False
         users = self.graph.users_of(inst)
+        # What each user gave in the manual check, reused below while ``inst``'s own
+        # sharding (all that changes in between) is still the one it was computed with.
+        asked: dict[int, HloSharding | None] = {}
         if s is None or s.is_tile_maximal:
-            for user in users:
+            for k, user in enumerate(users):
                 if (user.sharding is None or g.is_custom_call(user, g.FULL_TO_SHARD)
                         or sdy_manual.is_sdy_entry(user)):   # its operand is not manual
                     continue
@@ -265,21 +269,24 @@ class Propagator:
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
                     return True
-                us = bw.operand_from_user(self, inst, user, self._level)
+                us = asked[k] = bw.operand_from_user(self, inst, user, self._level)
                 if us is not None and us.is_manual:
                     self.set(inst, us, "manual.backward", (user,), direction="manual")
                     return True
         if not self.supports_spatial(inst, False, self.to_params):
             return False
         changed = False
-        for user in users:
+        for k, user in enumerate(users):
             if g.opcode(user) == "rng-bit-generator":
                 rep = ops.single_tuple(inst.shape, HloSharding.replicate())
                 if inst.sharding != rep:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
                     return True
                 return False
-            us = bw.operand_from_user(self, inst, user, self._level)
+            if k in asked and inst.sharding is s:
+                us = asked[k]
+            else:
+                us = bw.operand_from_user(self, inst, user, self._level)
             if us is not None:
                 if us.is_tuple != inst.shape.is_tuple:
                     us = ops.normalize_tuple(us, inst.shape)
@@ -470,23 +477,28 @@ class Propagator:
 
     # -- the fixpoint ---------------------------------------------------------------------------
     def run_to_fix_point(self, level: int) -> None:
-        """RunToFixPoint at one aggressiveness level (visiting only what ``worklist``
-        says the full walk would not skip)."""
+        """RunToFixPoint at one aggressiveness level (the memo is asked only about
+        inferences the dirty set flags: the others it would skip)."""
         self.level = level
         self.rec.level = level
-        wl = self.worklist
-        wl.start_level(level)
+        dirty = self.dirty
+        dirty.start_level(level)
+        flagged_fw, flagged_bw = dirty.flagged
+        lookahead = dirty.always
+        may_combine = level > 0
+        done_ops: set[int] = set()
+        done_users: set[int] = set()
         done_group: set[int] = set()
         graph = self.graph
 
         def clear_cache(hlo: Instruction, hlo_for_users: Instruction | None = None) -> None:
             for o in hlo.operands:
-                wl.undo(o, BW)
+                done_users.discard(id(o))
             for user in graph.users_of(hlo_for_users or hlo):
-                wl.undo(user, FW)
+                done_ops.discard(id(user))
                 for c in user.called_computations:
                     for prm in c.parameters:
-                        wl.undo(prm, FW)
+                        done_ops.discard(id(prm))
             group = self.groups.group_of(hlo)
             if group is not None:
                 for m in group:
@@ -506,7 +518,7 @@ class Propagator:
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
-            for ci, comp in enumerate(graph.computations):
+            for comp in graph.computations:
                 order = graph.post_orders[comp.name]
                 if self.groups:
                     self.direction = "shard-group"
@@ -516,7 +528,7 @@ class Propagator:
                         if key in done_group or group is None:
                             continue
                         if key in self.provided:
-                            if self.may_combine and key in self.unspecified and \
+                            if may_combine and key in self.unspecified and \
                                     sg.refine_open_dims_from_group(self, inst,
                                                                    self.unspecified[key], group):
                                 clear_cache(inst)
@@ -528,43 +540,57 @@ class Propagator:
                             after_change(inst)
                             changed_last = True
                 self.direction = "forward"
-                for inst in wl.sweep(ci, FW):
+                for inst in order:
                     key = id(inst)
+                    if key in done_ops:
+                        continue
                     if key in self.provided:
-                        if not self.may_combine or key not in self.unspecified:
-                            wl.keep(inst, FW)
+                        if not may_combine or key not in self.unspecified:
                             continue
                         ok, conv = unspec.from_operand(self, inst, self.unspecified[key])
                         if ok:
                             clear_cache(inst, conv)
+                            done_ops.add(key)
                             changed_last = True
-                        else:
-                            wl.keep(inst, FW)
+                        continue
+                    done_ops.add(key)
+                    # (DirtySet.take, inlined: this runs once per instruction and sweep)
+                    if key in flagged_fw:
+                        flagged_fw.discard(key)
+                    elif key not in lookahead:
                         continue
                     if self.unchanged.forward(inst):
                         after_change(inst)
                         changed_last = True
+                if self.unchanged.check:
+                    self.unchanged.check_unflagged(order, FW, dirty)
                 self.direction = "backward"
-                for inst in wl.sweep(ci, BW):
+                for inst in reversed(order):
                     key = id(inst)
-                    if key in boundaries:
-                        wl.undo(inst.operands[0], BW)
+                    if key in boundaries and key not in done_users:
+                        done_users.discard(id(inst.operands[0]))
+                    if key in done_users:
+                        continue
                     if key in self.provided:
-                        if not self.may_combine or key not in self.unspecified:
-                            wl.keep(inst, BW)
+                        if not may_combine or key not in self.unspecified:
                             continue
                         ok, conv = unspec.from_users(self, inst, self.unspecified[key], level)
                         if ok:
                             clear_cache(inst, conv)
+                            done_users.add(key)
                             if conv is not None:
-                                wl.mark_done(conv, BW)
+                                done_users.add(id(conv))
                             changed_last = True
-                        else:
-                            wl.keep(inst, BW)
                         continue
+                    done_users.add(key)
+                    if key not in flagged_bw:
+                        continue
+                    flagged_bw.discard(key)
                     if self.unchanged.backward(inst):
                         after_change(inst)
                         changed_last = True
+                if self.unchanged.check:
+                    self.unchanged.check_unflagged(order, BW, dirty)
             self.iterations += 1
             iterations += 1
         self.level_iterations.append(iterations)
@@ -576,7 +602,7 @@ class Propagator:
 
     def run_levels(self) -> None:
         """Every aggressiveness level to its fix point (once per priority round)."""
-        self.worklist.start_round()
+        self.dirty.start_round()
         for level in LEVELS[:-1]:
             self.run_to_fix_point(level)
         if self.groups:

@@ -64,7 +64,7 @@ _sharding = operator.attrgetter("sharding")
 _is_none = functools.partial(operator.is_, None)
 LOOKAHEAD = "lookahead"  # reads computed per visit (``_lookahead_reads``)
 NO_LEVEL_LIMIT = 1 << 62
-FW, BW = 0, 1            # directions (``worklist``)
+FW, BW = 0, 1            # directions (``dirty``)
 
 
 def check_enabled() -> bool:
@@ -212,14 +212,15 @@ class UnchangedMemo:
             self._upgradable[d][id(inst)] = entry
         return False
 
-    def check_unflagged(self, order: list[Instruction], d: int, flagged: set[int],
-                        always: set[int]) -> None:
-        """Check mode, after a sweep: every inference the worklist would not visit (not
-        flagged) is one the memo skips, and running it anyway changes nothing."""
+    def check_unflagged(self, order: list[Instruction], d: int, dirty) -> None:
+        """Check mode, after a sweep: every inference the dirty set does not flag is one
+        the memo skips, and running it anyway changes nothing."""
         from hlo_spmd.errors import HloSpmdError
 
         entries = self._fw if d == FW else self._bw
         infer = self.p.infer_from_operands if d == FW else self.p.infer_from_users
+        flagged = dirty.flagged[d]
+        always = dirty.always if d == FW else frozenset()
         level = self.p._level
         for inst in order:
             key = id(inst)
@@ -231,8 +232,9 @@ class UnchangedMemo:
                 ok = (entry[2] <= level < entry[3] and len(entry[4]) == len(entry[0])
                       and all(map(_is, entry[4], map(_sharding, entry[0]))))
             if not ok:
-                raise HloSpmdError(f"propagation's worklist would not revisit {inst.name} "
-                                   f"({inst.opcode}) whose inputs changed at level {level}")
+                raise HloSpmdError(f"propagation's dirty set misses an inference of "
+                                   f"{inst.name} ({inst.opcode}) whose inputs changed at "
+                                   f"level {level}")
             self.skipped += 1
             self._verify(inst, infer)
 
