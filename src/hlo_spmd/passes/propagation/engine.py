@@ -75,6 +75,9 @@ class Propagator:
         self.iterations = 0
         self.level_iterations: list[int] = []
         self._dims_cache: dict[int, DotDims] = {}
+        # (id(candidate), id(current), id(shape), linear, allow) ->
+        #   (verdict, may_combine's answer if asked else None, the keyed objects)
+        self._verdicts: dict[tuple, tuple] = {}
         self.groups = sg.ShardGroups()
         # Inferences whose inputs are unchanged since they last changed nothing are
         # skipped, across levels too (see ``unchanged``).
@@ -129,13 +132,39 @@ class Propagator:
     # -- sharding updates with provenance ----------------------------------------------------
 
     def verdict(self, inst: Instruction, cand: HloSharding, allow: bool = False) -> Verdict:
-        if cand.is_tuple and not inst.shape.is_tuple:
+        """ReturnImprovedSharding for ``inst``: a pure function of the candidate, the
+        current sharding, the shape, whether the opcode is linear, ``allow`` and (when it
+        is asked) ``may_combine``, so it is memoised per run on those.  Propagated
+        shardings are shared objects (28 layers offer the same pairs), so the key is
+        their identity; the memo keeps them alive, so no id is reused meanwhile."""
+        cur = inst.sharding
+        shape = inst.shape
+        linear = inst.opcode in LINEAR_OPS
+        key = (id(cand), id(cur), id(shape), linear, allow)
+        hit = self._verdicts.get(key)
+        if hit is not None and (hit[1] is None or self.at_least(1) == hit[1]):
+            return hit[0]
+        asked: list[bool] = []
+
+        def may_combine() -> bool:
+            # (asked only if the verdict needs it: see ``at_least``)
+            r = self.at_least(1)
+            asked.append(r)
+            return r
+
+        v = self._verdict(cand, cur, shape, linear, may_combine, allow)
+        self._verdicts[key] = (v, asked[0] if asked else None, cand, cur, shape)
+        return v
+
+    @staticmethod
+    def _verdict(cand: HloSharding, cur: HloSharding | None, shape, linear: bool,
+                 may_combine, allow: bool) -> Verdict:
+        if cand.is_tuple and not shape.is_tuple:
             return Verdict(None, pv.INCOMPATIBLE)
-        cand = ops.normalize_tuple(cand, inst.shape)
-        if inst.opcode not in LINEAR_OPS:  # partial sums flow through linear ops only
+        cand = ops.normalize_tuple(cand, shape)
+        if not linear:  # partial sums flow through linear ops only
             cand = reduce_all(cand)
-        # (``may_combine`` asked only if the verdict needs it: see ``at_least``)
-        return improved(cand, inst.sharding, inst.shape, self._may_combine, allow)
+        return improved(cand, cur, shape, may_combine, allow)
 
     def set(self, inst: Instruction, sharding: HloSharding, rule: str,
             sources: tuple[Instruction, ...] = (), direction: str | None = None) -> None:
