@@ -948,13 +948,15 @@ class _Normalizer:
         # The frontend attributes of every instruction are read once, here: most have
         # none, and ``visit`` needs only the non-empty ones (nothing here writes them).
         fattrs = self._visit_fattrs
+        sdy_target = False
         for i in self.module.instructions():
             fa = i.attrs.frontend_attributes.map
             if fa:
                 fattrs[id(i)] = fa
-        rep.has_shardy = bool(self.meshes) or any(
-            k.startswith("xla.sdy.") for fa in fattrs.values() for k in fa) or any(
-            _target(i).startswith("xla.sdy.") for i in self.module.instructions())
+            if i.opcode == "custom-call" and i.custom_call_target.startswith("xla.sdy."):
+                sdy_target = True
+        rep.has_shardy = bool(self.meshes) or sdy_target or any(
+            k.startswith("xla.sdy.") for fa in fattrs.values() for k in fa)
         self.find_regions()
         self.compute_contexts()
         for comp in self.module.computations:
@@ -971,8 +973,11 @@ class _Normalizer:
         self.tuple_attrs()
         self.entry_results()
         self.validate()
-        order = {id(i): n for n, i in enumerate(self.module.instructions())}
-        by_id = {id(i): i for i in self.module.instructions()}
+        order: dict[int, int] = {}
+        by_id: dict[int, "Instruction"] = {}
+        for n, i in enumerate(self.module.instructions()):
+            order[id(i)] = n
+            by_id[id(i)] = i
         rep.records = [self.records[k] for k in sorted(self.records, key=lambda k: order.get(k, -1))
                        if k in by_id]
         # Keep records in sync with the final shardings (tuple attrs / results may update).
