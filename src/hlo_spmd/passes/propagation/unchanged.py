@@ -26,7 +26,8 @@ What a rule reads (keep in sync with ``forward`` / ``backward`` when rules chang
   the level as above (cap 2 where the instruction or a user is a broadcast).
 
 An inference none of whose reads is sharded yet is not run either: every rule needs a
-sharded neighbour to offer a candidate (except a ``BACKWARD_FROM_NOTHING`` user).
+sharded neighbour to offer a candidate (except a ``BACKWARD_FROM_NOTHING`` user), at
+any level, so it holds until one of them is sharded.
 
 ``HLO_SPMD_CHECK_SKIPS=1`` runs every skipped inference anyway and raises if it would
 have changed a sharding or recorded a new alternative (the tests run every fixture so).
@@ -185,12 +186,12 @@ class UnchangedMemo:
         # The levels at which a no-change run reads the same: the level class of the
         # declared cap if the rule read the level as a number, else the range its
         # ``at_least`` answers hold in.
-        exact = True
         if entry[5] and all(map(_is_none, now)):
-            # Nothing sharded to infer from: no rule offers a candidate.
+            # Nothing sharded to infer from: no rule offers a candidate, at any level.
             self.trivial += 1
             if self.check:
                 self._verify(inst, infer)
+            lo, hi = 0, NO_LEVEL_LIMIT
         else:
             p.level_read = False
             p.level_lo = 0
@@ -199,13 +200,12 @@ class UnchangedMemo:
                 entry[2], entry[3] = 1, 0
                 entry[4] = None
                 return True
-            exact = p.level_read
+            if p.level_read:
+                cap = entry[1]
+                lo, hi = (level, level + 1) if level < cap else (cap, NO_LEVEL_LIMIT)
+            else:
+                lo, hi = p.level_lo, p.level_hi
         # Nothing changed: these are the shardings the rule read.
-        if exact:
-            cap = entry[1]
-            lo, hi = (level, level + 1) if level < cap else (cap, NO_LEVEL_LIMIT)
-        else:
-            lo, hi = p.level_lo, p.level_hi
         entry[2], entry[3] = lo, hi
         entry[4] = now
         if hi != NO_LEVEL_LIMIT:
