@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     pass
 
 
+_LOCAL_SHAPES: dict[tuple[Shape, HloSharding], Shape] = {}
+
+
 @dataclass
 class PartitionReport:
     """What the partitioner did that a user may want to know."""
@@ -129,7 +132,16 @@ class PartitionContext:
             return Shape.tuple_of([self.local_shape(s, e) for s, e in zip(shape.tuple_shapes, elems)])
         if not shape.is_array or not sharding.is_tiled:
             return shape
-        return shape.with_dims(tile_shape(sharding, shape.dims))
+        # Asked for every value of every handler, with the same few (shape, sharding)
+        # pairs in every layer; both are immutable values, so one answer per pair.
+        key = (shape, sharding)
+        hit = _LOCAL_SHAPES.get(key)
+        if hit is None:
+            hit = shape.with_dims(tile_shape(sharding, shape.dims))
+            if len(_LOCAL_SHAPES) >= 1 << 15:
+                _LOCAL_SHAPES.clear()
+            _LOCAL_SHAPES[key] = hit
+        return hit
 
     def sharding_of(self, inst: Instruction) -> HloSharding:
         """The instruction's sharding; unannotated means replicated."""
