@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.instruction import Instruction
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 CAUSES = ("reshard", "contraction", "reduction", "halo", "fallback", "user")
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(NamedTuple):
+    """One level of the stack (a NamedTuple: one is made per instruction and reshard)."""
     cause: str | None = None
     serves: "Instruction | None" = None
     src: "HloSharding | None" = None
