@@ -895,6 +895,23 @@ def chosen_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: Hlo
     through the replicated value instead (nothing cheaper, or not handled here). Shared by
     emission and by reshard.reshard_cost, so what is priced is what is built."""
     dims = tuple(int(d) for d in dims)
+    # Asked by every reshard and every pricing: one answer per distinct (immutable) key,
+    # without rebuilding the per-device layouts and their keys (O(devices) each).
+    key = (dims, float(itemsize), src, dst, num_devices)
+    if key in _CHOSEN:
+        return _CHOSEN[key]
+    out = _chosen_plan(dims, itemsize, src, dst, num_devices)
+    if len(_CHOSEN) >= _PLAN_CACHE_LIMIT:
+        _CHOSEN.clear()
+    _CHOSEN[key] = out
+    return out
+
+
+_CHOSEN: dict[tuple, "Plan | None"] = {}
+
+
+def _chosen_plan(dims: tuple[int, ...], itemsize: float, src: HloSharding,
+                 dst: HloSharding, num_devices: int) -> Plan | None:
     if not dims or any(d == 0 for d in dims):
         return None
     a = layout_of(src, num_devices, len(dims))
