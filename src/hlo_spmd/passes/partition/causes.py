@@ -138,11 +138,12 @@ def with_cause(cause: str) -> Callable:
 
 
 def reshard_scope(fn: Callable) -> Callable:
-    """Decorator for ``reshard(ctx, pv, target)``: cause ``reshard`` with from/to."""
+    """Decorator for ``reshard(ctx, pv, target)``: cause ``reshard`` with from/to. A value
+    that already has ``target`` is returned as it is (what ``reshard`` does), unscoped."""
     @functools.wraps(fn)
     def inner(ctx: Any, pv: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if pv.sharding == target:
-            return fn(ctx, pv, target, *args, **kwargs)
+        if pv.sharding == target:  # ``reshard`` returns the value as it is
+            return pv
         with _log(ctx).scope("reshard", src=pv.sharding, dst=target):
             return fn(ctx, pv, target, *args, **kwargs)
     return inner

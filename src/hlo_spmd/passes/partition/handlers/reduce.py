@@ -41,7 +41,7 @@ from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like, memoised
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -139,6 +139,7 @@ def insert_dims(s: HloSharding, positions: Sequence[int], rank: int) -> HloShard
     return rebuild_like(s, ta.reshape(new + extra))
 
 
+@memoised
 def reduced_sharding(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     """R(S): the sharding of a local reduce of an operand sharded ``s`` over ``dims`` -- the
     reduced dims join the replication and disappear."""
@@ -147,16 +148,20 @@ def reduced_sharding(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     return remove_dims(partial_replicate(s, dims), dims)
 
 
+@memoised
 def reduction_groups(s: HloSharding, dims: Sequence[int]) -> np.ndarray:
     """Logical device groups ``[k, m]`` whose members differ only in their tile coordinate
-    along ``dims`` (the devices whose partial results combine)."""
+    along ``dims`` (the devices whose partial results combine). Memoised: read-only."""
     arr = s.tile_assignment.array()
     dims = [int(d) for d in dims]
     size = int(np.prod([arr.shape[d] for d in dims], dtype=np.int64))
     moved = np.moveaxis(arr, dims, list(range(arr.ndim - len(dims), arr.ndim)))
-    return moved.reshape(-1, size)
+    out = np.array(moved.reshape(-1, size))
+    out.flags.writeable = False
+    return out
 
 
+@memoised
 def same_placement(a: HloSharding, b: HloSharding, dims: Sequence[int], n: int) -> bool:
     """Whether two leaf shardings put the same tile (and padding) on every device."""
     if a == b:
