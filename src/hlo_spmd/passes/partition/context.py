@@ -18,6 +18,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import reshard as _reshard
 from hlo_spmd.sharding import HloSharding, tile_shape
 
 if TYPE_CHECKING:
@@ -106,14 +107,13 @@ class PartitionContext:
 
     def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
         """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
-        from hlo_spmd.passes.partition.reshard import reshard
-
-        return reshard(self, self.value(inst.operands[i]), target).hlo
+        pv = self.value(inst.operands[i])
+        if pv.sharding == target:  # the common case; ``reshard`` would return it as is
+            return pv.hlo
+        return _reshard(self, pv, target).hlo
 
     def reshard(self, pv: PValue, target: HloSharding) -> PValue:
-        from hlo_spmd.passes.partition.reshard import reshard
-
-        return reshard(self, pv, target)
+        return _reshard(self, pv, target)
 
     def cause(self, kind: str | None = None, serves: Instruction | None = None):
         """Scope: collectives created inside exist because of ``kind``, for ``serves``."""

@@ -197,6 +197,24 @@ def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.nda
     return out
 
 
+# Device groups of a step per distinct (step, layout): every layer of a model emits the
+# same reshards, and the groups are O(devices) numpy work (np.unique, lexsort) per call.
+_STEP_GROUPS: dict[tuple, "np.ndarray | None"] = {}
+
+
+def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
+    key = (step_key, lay.tiles, lay.coords.shape, lay.coords.dtype.str, lay.coords.tobytes())
+    if key in _STEP_GROUPS:
+        return _STEP_GROUPS[key]
+    out = make(lay)
+    if out is not None:
+        out.flags.writeable = False
+    if len(_STEP_GROUPS) > 4096:
+        _STEP_GROUPS.clear()
+    _STEP_GROUPS[key] = out
+    return out
+
+
 # -- steps -----------------------------------------------------------------------------------
 class Step:
     collectives = 0
@@ -300,6 +318,9 @@ class AllGather(Step):
         return Layout(tuple(tiles), coords)
 
     def groups(self, lay):
+        return _step_groups(("all-gather", self.dim, self.factor), lay, self._groups)
+
+    def _groups(self, lay):
         keys = lay.coords.copy()
         keys[:, self.dim] //= self.factor
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
@@ -373,6 +394,9 @@ class AllToAll(Step):
         return Layout(tuple(tiles), coords)
 
     def groups(self, lay):
+        return _step_groups(("all-to-all", self.moves), lay, self._groups)
+
+    def _groups(self, lay):
         fa, _ = self._factors()
         keys = lay.coords.copy()
         for a, f in fa.items():
