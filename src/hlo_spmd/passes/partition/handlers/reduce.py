@@ -96,11 +96,26 @@ def _is_constant_equal(inst: Instruction, value) -> bool:
     """Whether ``inst`` is a scalar constant bitwise equal to ``value``."""
     if inst.opcode != "constant" or inst.shape.rank != 0 or not inst.attrs.HasField("literal"):
         return False
+    v = np.asarray(value)
+    # Every layer's reduce asks this of the same init literal: decode each distinct one once.
+    key = (inst.attrs.literal.SerializeToString(deterministic=True), v.dtype.str, v.tobytes())
+    hit = _CONSTANT_EQUAL.get(key)
+    if hit is None:
+        hit = _CONSTANT_EQUAL[key] = _literal_equal(inst.attrs.literal, v)
+        if len(_CONSTANT_EQUAL) > 4096:
+            _CONSTANT_EQUAL.clear()
+    return hit
+
+
+_CONSTANT_EQUAL: dict[tuple, bool] = {}
+
+
+def _literal_equal(literal, value: np.ndarray) -> bool:
     from hlo_spmd.ir.literal import literal_to_numpy
 
     try:
-        lit = np.asarray(literal_to_numpy(inst.attrs.literal))
-        return lit.tobytes() == np.asarray(value).astype(lit.dtype).tobytes()
+        lit = np.asarray(literal_to_numpy(literal))
+        return lit.tobytes() == value.astype(lit.dtype).tobytes()
     except Exception:  # noqa: BLE001 - exotic literal: treat as not the identity
         return False
 
