@@ -906,9 +906,12 @@ def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
     src = layout_of(pv.sharding, ctx.num_devices, len(dims))
     x = pv.hlo
     lay = src
-    for step in plan.steps:
+    # The plan was simulated from this very layout (plans are keyed by it): its recorded
+    # layouts are what re-applying each step would give, without the O(devices) work.
+    after = plan.layouts[1:] if len(plan.layouts) == len(plan.steps) + 1 else None
+    for i, step in enumerate(plan.steps):
         x = step.emit(ctx, x, lay, dims)
-        lay = step.apply(lay, dims)
+        lay = after[i] if after is not None else step.apply(lay, dims)
     assert tuple(x.shape.dims) == _local(lay.tiles, dims), (x.shape, lay.tiles)
     return PValue(x, pv.base_shape, target)
 
