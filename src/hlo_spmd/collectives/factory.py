@@ -33,7 +33,7 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
 # the same few groups thousands of times, and finding the iota form is O(devices) numpy
 # work per call. Pure in the two arrays; explicit results are made read-only.
 _GROUPS: dict[tuple, "IotaGroups | np.ndarray"] = {}
-_GROUPS_LIMIT = 4096
+_GROUPS_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
 
 
 def _groups_memo(grouping: np.ndarray, logical_groups: np.ndarray,

@@ -69,7 +69,7 @@ class DeviceGrouping:
         if hit is None:
             arr = self.physical(inner)
             arr.flags.writeable = False
-            if len(_SUBGROUPS) >= 4096:
+            if len(_SUBGROUPS) >= 1024:  # keys hold O(devices) bytes
                 _SUBGROUPS.clear()
             hit = _SUBGROUPS[key] = DeviceGrouping(arr)
         return hit

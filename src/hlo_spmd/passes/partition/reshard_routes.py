@@ -209,7 +209,7 @@ def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
     out = make(lay)
     if out is not None:
         out.flags.writeable = False
-    if len(_STEP_GROUPS) > 4096:
+    if len(_STEP_GROUPS) >= 1024:  # keys hold O(devices) bytes: bounded memory
         _STEP_GROUPS.clear()
     _STEP_GROUPS[key] = out
     return out

@@ -205,6 +205,8 @@ def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
         # text holds sharding strings). The entry keeps the plan, so its id stays unique.
         got = _DESCRIBED.get(id(plan))
         if got is None or got[0] is not plan:
+            if len(_DESCRIBED) >= 4096:
+                _DESCRIBED.clear()
             got = _DESCRIBED[id(plan)] = (plan, plan.describe())
         plans[inst.name] = got[1]
 

@@ -59,7 +59,7 @@ def _tile_array(s: HloSharding, rank: int) -> np.ndarray:
 # regrouping per distinct (sharding, groups, dims). Both are pure in immutable values.
 _FROM_ARRAY: dict[tuple, HloSharding] = {}
 _REGROUP: dict[tuple, "HloSharding | None"] = {}
-_MEMO_LIMIT = 1 << 14
+_MEMO_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
 
 
 def _remember(memo: dict, key: tuple, value):
