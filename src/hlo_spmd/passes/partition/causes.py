@@ -142,7 +142,8 @@ def reshard_scope(fn: Callable) -> Callable:
     that already has ``target`` is returned as it is (what ``reshard`` does), unscoped."""
     @functools.wraps(fn)
     def inner(ctx: Any, pv: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if pv.sharding == target:  # ``reshard`` returns the value as it is
+        s = pv.sharding
+        if s is target or s == target:  # ``reshard`` returns the value as it is
             return pv
         with _log(ctx).scope("reshard", src=pv.sharding, dst=target):
             return fn(ctx, pv, target, *args, **kwargs)

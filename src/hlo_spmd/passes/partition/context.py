@@ -108,7 +108,8 @@ class PartitionContext:
     def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
         """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
         pv = self.value(inst.operands[i])
-        if pv.sharding == target:  # the common case; ``reshard`` would return it as is
+        s = pv.sharding
+        if s is target or s == target:  # the common case; ``reshard`` returns it as is
             return pv.hlo
         return _reshard(self, pv, target).hlo
 

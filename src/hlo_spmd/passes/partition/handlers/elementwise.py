@@ -32,7 +32,7 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
     resharding operand ``k`` (None: the result); the handler passes
     ``reshard.reshard_cost``; without it every reshard counts 1. Ties go to ``target``.
     Pure, so it is unit-testable. ``cost(k, s, s)`` must be 0."""
-    if all(s == target for s in operand_shardings):
+    if all(s is target or s == target for s in operand_shardings):
         return target  # the common case: no candidate can beat a free target
     if cost is None:
         def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
