@@ -29,6 +29,28 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
     return physical
 
 
+# Replica groups per distinct (device grouping, logical groups): a training step asks for
+# the same few groups thousands of times, and finding the iota form is O(devices) numpy
+# work per call. Pure in the two arrays; explicit results are made read-only.
+_GROUPS: dict[tuple, "IotaGroups | np.ndarray"] = {}
+_GROUPS_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
+
+
+def _groups_memo(grouping: np.ndarray, logical_groups: np.ndarray,
+                 physical) -> IotaGroups | np.ndarray:
+    lg = np.asarray(logical_groups, dtype=np.int64)
+    key = (grouping.shape, grouping.tobytes(), lg.shape, lg.tobytes())
+    hit = _GROUPS.get(key)
+    if hit is None:
+        hit = replica_groups_for(physical(lg))
+        if isinstance(hit, np.ndarray):
+            hit.flags.writeable = False
+        if len(_GROUPS) >= _GROUPS_LIMIT:
+            _GROUPS.clear()
+        _GROUPS[key] = hit
+    return hit
+
+
 class CollectiveFactory:
     def __init__(self, builder: Builder, grouping: DeviceGrouping, log=None) -> None:
         from hlo_spmd.passes.partition.causes import CauseLog
@@ -49,7 +71,7 @@ class CollectiveFactory:
 
     # -- groups -------------------------------------------------------------------------
     def _groups(self, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
-        return replica_groups_for(self.grouping.physical(logical_groups))
+        return _groups_memo(self.grouping.groups, logical_groups, self.grouping.physical)
 
     # -- collectives --------------------------------------------------------------------
     def all_reduce(self, x: Instruction, reducer: str, logical_groups: np.ndarray,

@@ -61,5 +61,18 @@ class DeviceGrouping:
 
     def subgroup(self, inner_groups: np.ndarray) -> "DeviceGrouping":
         """Split every group by ``inner_groups`` (logical ids, ``[k, m]``): the grouping a
-        recursive handler runs in."""
-        return DeviceGrouping(self.physical(inner_groups))
+        recursive handler runs in. One grouping per distinct pair of arrays (every layer
+        of a model recurses into the same groups); its array is read-only."""
+        inner = np.asarray(inner_groups, dtype=np.int64)
+        key = (self.groups.shape, self.groups.tobytes(), inner.shape, inner.tobytes())
+        hit = _SUBGROUPS.get(key)
+        if hit is None:
+            arr = self.physical(inner)
+            arr.flags.writeable = False
+            if len(_SUBGROUPS) >= 1024:  # keys hold O(devices) bytes
+                _SUBGROUPS.clear()
+            hit = _SUBGROUPS[key] = DeviceGrouping(arr)
+        return hit
+
+
+_SUBGROUPS: dict[tuple, DeviceGrouping] = {}

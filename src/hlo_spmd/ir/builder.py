@@ -111,6 +111,26 @@ def _default_element_type(value: Any) -> PrimitiveType:
     return from_numpy_dtype(np.asarray(value).dtype)
 
 
+# Partitioned code asks for the same small constants (zeros, identities, offset tables)
+# thousands of times; converting to a literal is the costly part. One literal per distinct
+# (element type, bytes) of small arrays; callers copy it into their own attrs.
+_LITERALS: dict[tuple, xla_data_pb2.LiteralProto] = {}
+_LITERAL_MEMO_BYTES = 1 << 14
+
+
+def _small_literal(value: Any, et: PrimitiveType) -> xla_data_pb2.LiteralProto:
+    arr = np.asarray(value, dtype=numpy_dtype(et))
+    if arr.nbytes > _LITERAL_MEMO_BYTES:
+        return literal_from_numpy(arr, et)
+    key = (int(et), arr.dtype.str, arr.shape, arr.tobytes())
+    hit = _LITERALS.get(key)
+    if hit is None:
+        if len(_LITERALS) >= 4096:
+            _LITERALS.clear()
+        hit = _LITERALS[key] = literal_from_numpy(arr, et)
+    return hit
+
+
 # -- per-module state (channel ids, cached scalar computations) -----------------------------------
 class _ModuleState:
     __slots__ = ("next_channel", "computations")
@@ -312,7 +332,7 @@ class Builder:
         dtype; Python bool/int/float/complex become pred/s32/f32/c64."""
         et = element_type_of(element_type) if element_type is not None else _default_element_type(value)
         attrs = hlo_pb2.HloInstructionProto()
-        attrs.literal.CopyFrom(literal_from_numpy(value, et))
+        attrs.literal.CopyFrom(_small_literal(value, et))
         return self.op("constant", (), attrs, name=name)
 
     def scalar(self, value: Any, like: Instruction | ElementType) -> Instruction:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.instruction import Instruction
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 CAUSES = ("reshard", "contraction", "reduction", "halo", "fallback", "user")
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(NamedTuple):
+    """One level of the stack (a NamedTuple: one is made per instruction and reshard)."""
     cause: str | None = None
     serves: "Instruction | None" = None
     src: "HloSharding | None" = None
@@ -138,11 +138,13 @@ def with_cause(cause: str) -> Callable:
 
 
 def reshard_scope(fn: Callable) -> Callable:
-    """Decorator for ``reshard(ctx, pv, target)``: cause ``reshard`` with from/to."""
+    """Decorator for ``reshard(ctx, pv, target)``: cause ``reshard`` with from/to. A value
+    that already has ``target`` is returned as it is (what ``reshard`` does), unscoped."""
     @functools.wraps(fn)
     def inner(ctx: Any, pv: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if pv.sharding == target:
-            return fn(ctx, pv, target, *args, **kwargs)
+        s = pv.sharding
+        if s is target or s == target:  # ``reshard`` returns the value as it is
+            return pv
         with _log(ctx).scope("reshard", src=pv.sharding, dst=target):
             return fn(ctx, pv, target, *args, **kwargs)
     return inner

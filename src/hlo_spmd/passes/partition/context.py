@@ -18,10 +18,14 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard import reshard as _reshard
 from hlo_spmd.sharding import HloSharding, tile_shape
 
 if TYPE_CHECKING:
     pass
+
+
+_LOCAL_SHAPES: dict[tuple[Shape, HloSharding], Shape] = {}
 
 
 @dataclass
@@ -103,14 +107,14 @@ class PartitionContext:
 
     def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
         """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
-        from hlo_spmd.passes.partition.reshard import reshard
-
-        return reshard(self, self.value(inst.operands[i]), target).hlo
+        pv = self.value(inst.operands[i])
+        s = pv.sharding
+        if s is target or s == target:  # the common case; ``reshard`` returns it as is
+            return pv.hlo
+        return _reshard(self, pv, target).hlo
 
     def reshard(self, pv: PValue, target: HloSharding) -> PValue:
-        from hlo_spmd.passes.partition.reshard import reshard
-
-        return reshard(self, pv, target)
+        return _reshard(self, pv, target)
 
     def cause(self, kind: str | None = None, serves: Instruction | None = None):
         """Scope: collectives created inside exist because of ``kind``, for ``serves``."""
@@ -129,7 +133,16 @@ class PartitionContext:
             return Shape.tuple_of([self.local_shape(s, e) for s, e in zip(shape.tuple_shapes, elems)])
         if not shape.is_array or not sharding.is_tiled:
             return shape
-        return shape.with_dims(tile_shape(sharding, shape.dims))
+        # Asked for every value of every handler, with the same few (shape, sharding)
+        # pairs in every layer; both are immutable values, so one answer per pair.
+        key = (shape, sharding)
+        hit = _LOCAL_SHAPES.get(key)
+        if hit is None:
+            hit = shape.with_dims(tile_shape(sharding, shape.dims))
+            if len(_LOCAL_SHAPES) >= 1 << 15:
+                _LOCAL_SHAPES.clear()
+            _LOCAL_SHAPES[key] = hit
+        return hit
 
     def sharding_of(self, inst: Instruction) -> HloSharding:
         """The instruction's sharding; unannotated means replicated."""

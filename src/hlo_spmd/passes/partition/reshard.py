@@ -130,6 +130,24 @@ def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
     dims = tuple(int(d) for d in dims)
     if src.is_tuple or dst.is_tuple:
         raise ValueError("reshard_cost prices one array; price tuple elements one by one")
+    # Pure in its (immutable) arguments and asked for by every handler's planner, with the
+    # same few keys in every layer of a model: one pricing per distinct key.
+    key = (dims, float(itemsize), src, dst, num_devices)
+    hit = _COSTS.get(key)
+    if hit is None:
+        hit = _reshard_cost(dims, itemsize, src, dst, num_devices)
+        if len(_COSTS) >= _COSTS_LIMIT:
+            _COSTS.clear()
+        _COSTS[key] = hit
+    return hit
+
+
+_COSTS: dict[tuple, float] = {}
+_COSTS_LIMIT = 1 << 15
+
+
+def _reshard_cost(dims: tuple[int, ...], itemsize: float, src: HloSharding,
+                  dst: HloSharding, num_devices: int) -> float:
     if src.is_manual or dst.is_manual:
         if src.is_manual and dst.is_manual:
             return 0.0

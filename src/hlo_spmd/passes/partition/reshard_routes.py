@@ -197,6 +197,24 @@ def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.nda
     return out
 
 
+# Device groups of a step per distinct (step, layout): every layer of a model emits the
+# same reshards, and the groups are O(devices) numpy work (np.unique, lexsort) per call.
+_STEP_GROUPS: dict[tuple, "np.ndarray | None"] = {}
+
+
+def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
+    key = (step_key, lay.tiles, lay.coords.shape, lay.coords.dtype.str, lay.coords.tobytes())
+    if key in _STEP_GROUPS:
+        return _STEP_GROUPS[key]
+    out = make(lay)
+    if out is not None:
+        out.flags.writeable = False
+    if len(_STEP_GROUPS) >= 1024:  # keys hold O(devices) bytes: bounded memory
+        _STEP_GROUPS.clear()
+    _STEP_GROUPS[key] = out
+    return out
+
+
 # -- steps -----------------------------------------------------------------------------------
 class Step:
     collectives = 0
@@ -300,6 +318,9 @@ class AllGather(Step):
         return Layout(tuple(tiles), coords)
 
     def groups(self, lay):
+        return _step_groups(("all-gather", self.dim, self.factor), lay, self._groups)
+
+    def _groups(self, lay):
         keys = lay.coords.copy()
         keys[:, self.dim] //= self.factor
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
@@ -373,6 +394,9 @@ class AllToAll(Step):
         return Layout(tuple(tiles), coords)
 
     def groups(self, lay):
+        return _step_groups(("all-to-all", self.moves), lay, self._groups)
+
+    def _groups(self, lay):
         fa, _ = self._factors()
         keys = lay.coords.copy()
         for a, f in fa.items():
@@ -882,9 +906,12 @@ def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
     src = layout_of(pv.sharding, ctx.num_devices, len(dims))
     x = pv.hlo
     lay = src
-    for step in plan.steps:
+    # The plan was simulated from this very layout (plans are keyed by it): its recorded
+    # layouts are what re-applying each step would give, without the O(devices) work.
+    after = plan.layouts[1:] if len(plan.layouts) == len(plan.steps) + 1 else None
+    for i, step in enumerate(plan.steps):
         x = step.emit(ctx, x, lay, dims)
-        lay = step.apply(lay, dims)
+        lay = after[i] if after is not None else step.apply(lay, dims)
     assert tuple(x.shape.dims) == _local(lay.tiles, dims), (x.shape, lay.tiles)
     return PValue(x, pv.base_shape, target)
 
@@ -895,6 +922,23 @@ def chosen_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: Hlo
     through the replicated value instead (nothing cheaper, or not handled here). Shared by
     emission and by reshard.reshard_cost, so what is priced is what is built."""
     dims = tuple(int(d) for d in dims)
+    # Asked by every reshard and every pricing: one answer per distinct (immutable) key,
+    # without rebuilding the per-device layouts and their keys (O(devices) each).
+    key = (dims, float(itemsize), src, dst, num_devices)
+    if key in _CHOSEN:
+        return _CHOSEN[key]
+    out = _chosen_plan(dims, itemsize, src, dst, num_devices)
+    if len(_CHOSEN) >= _PLAN_CACHE_LIMIT:
+        _CHOSEN.clear()
+    _CHOSEN[key] = out
+    return out
+
+
+_CHOSEN: dict[tuple, "Plan | None"] = {}
+
+
+def _chosen_plan(dims: tuple[int, ...], itemsize: float, src: HloSharding,
+                 dst: HloSharding, num_devices: int) -> Plan | None:
     if not dims or any(d == 0 for d in dims):
         return None
     a = layout_of(src, num_devices, len(dims))

@@ -200,7 +200,18 @@ def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
     if plans is None:
         plans = {}
         setattr(report, "dot_plans", plans)
-    plans.setdefault(inst.name, plan.describe())
+    if inst.name not in plans:
+        # Plans are shared by every dot with the same problem: describe each once (the
+        # text holds sharding strings). The entry keeps the plan, so its id stays unique.
+        got = _DESCRIBED.get(id(plan))
+        if got is None or got[0] is not plan:
+            if len(_DESCRIBED) >= 4096:
+                _DESCRIBED.clear()
+            got = _DESCRIBED[id(plan)] = (plan, plan.describe())
+        plans[inst.name] = got[1]
+
+
+_DESCRIBED: dict[int, tuple[Plan, str]] = {}
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -54,11 +54,31 @@ def _tile_array(s: HloSharding, rank: int) -> np.ndarray:
     return arr.reshape(tuple(arr.shape[:rank]) + (-1,))
 
 
+# The planner derives the same few shardings from device arrays over and over (every
+# candidate of every sub-problem): one canonicalisation per distinct array, and one
+# regrouping per distinct (sharding, groups, dims). Both are pure in immutable values.
+_FROM_ARRAY: dict[tuple, HloSharding] = {}
+_REGROUP: dict[tuple, "HloSharding | None"] = {}
+_MEMO_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
+
+
+def _remember(memo: dict, key: tuple, value):
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 def _from_array(arr: np.ndarray) -> HloSharding:
     """Plain sharding from ``[data tiles..., replication]`` (canonicalised)."""
     if arr.ndim == 1:
         return HloSharding.replicate()
-    return compact(HloSharding.partial_tile(np.ascontiguousarray(arr)))
+    arr = np.ascontiguousarray(arr)
+    key = (arr.shape, arr.dtype.str, arr.tobytes())
+    hit = _FROM_ARRAY.get(key)
+    if hit is None:
+        hit = _remember(_FROM_ARRAY, key, compact(HloSharding.partial_tile(arr)))
+    return hit
 
 
 def lift(s: HloSharding, tensor_iter: Sequence[int], iter_rank: int,
@@ -148,6 +168,15 @@ def regroup(s: HloSharding, rank: int, groups: np.ndarray, x_dims: Sequence[int]
     order), None when the tensor has none of them."""
     if not is_plain(s):
         return None
+    key = (s, rank, groups.shape, groups.dtype.str, groups.tobytes(),
+           None if x_dims is None else tuple(x_dims), tuple(int(z) for z in sizes))
+    if key in _REGROUP:
+        return _REGROUP[key]
+    return _remember(_REGROUP, key, _regroup(s, rank, groups, x_dims, sizes))
+
+
+def _regroup(s: HloSharding, rank: int, groups: np.ndarray, x_dims: Sequence[int] | None,
+             sizes: Sequence[int]) -> HloSharding | None:
     ng, gsize = groups.shape
     n = groups.size
     tiles = list(data_tiles(s, rank))

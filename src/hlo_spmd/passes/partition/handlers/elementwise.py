@@ -31,7 +31,9 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
     it differs from ``target``) cost least. ``cost(k, src, dst)``: bytes per device of
     resharding operand ``k`` (None: the result); the handler passes
     ``reshard.reshard_cost``; without it every reshard counts 1. Ties go to ``target``.
-    Pure, so it is unit-testable."""
+    Pure, so it is unit-testable. ``cost(k, s, s)`` must be 0."""
+    if all(s is target or s == target for s in operand_shardings):
+        return target  # the common case: no candidate can beat a free target
     if cost is None:
         def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
             return 0.0 if a == b else 1.0

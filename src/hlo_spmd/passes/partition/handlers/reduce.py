@@ -41,7 +41,7 @@ from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like, memoised
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -96,11 +96,26 @@ def _is_constant_equal(inst: Instruction, value) -> bool:
     """Whether ``inst`` is a scalar constant bitwise equal to ``value``."""
     if inst.opcode != "constant" or inst.shape.rank != 0 or not inst.attrs.HasField("literal"):
         return False
+    v = np.asarray(value)
+    # Every layer's reduce asks this of the same init literal: decode each distinct one once.
+    key = (inst.attrs.literal.SerializeToString(deterministic=True), v.dtype.str, v.tobytes())
+    hit = _CONSTANT_EQUAL.get(key)
+    if hit is None:
+        hit = _CONSTANT_EQUAL[key] = _literal_equal(inst.attrs.literal, v)
+        if len(_CONSTANT_EQUAL) > 4096:
+            _CONSTANT_EQUAL.clear()
+    return hit
+
+
+_CONSTANT_EQUAL: dict[tuple, bool] = {}
+
+
+def _literal_equal(literal, value: np.ndarray) -> bool:
     from hlo_spmd.ir.literal import literal_to_numpy
 
     try:
-        lit = np.asarray(literal_to_numpy(inst.attrs.literal))
-        return lit.tobytes() == np.asarray(value).astype(lit.dtype).tobytes()
+        lit = np.asarray(literal_to_numpy(literal))
+        return lit.tobytes() == value.astype(lit.dtype).tobytes()
     except Exception:  # noqa: BLE001 - exotic literal: treat as not the identity
         return False
 
@@ -139,6 +154,7 @@ def insert_dims(s: HloSharding, positions: Sequence[int], rank: int) -> HloShard
     return rebuild_like(s, ta.reshape(new + extra))
 
 
+@memoised
 def reduced_sharding(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     """R(S): the sharding of a local reduce of an operand sharded ``s`` over ``dims`` -- the
     reduced dims join the replication and disappear."""
@@ -147,16 +163,20 @@ def reduced_sharding(s: HloSharding, dims: Sequence[int]) -> HloSharding:
     return remove_dims(partial_replicate(s, dims), dims)
 
 
+@memoised
 def reduction_groups(s: HloSharding, dims: Sequence[int]) -> np.ndarray:
     """Logical device groups ``[k, m]`` whose members differ only in their tile coordinate
-    along ``dims`` (the devices whose partial results combine)."""
+    along ``dims`` (the devices whose partial results combine). Memoised: read-only."""
     arr = s.tile_assignment.array()
     dims = [int(d) for d in dims]
     size = int(np.prod([arr.shape[d] for d in dims], dtype=np.int64))
     moved = np.moveaxis(arr, dims, list(range(arr.ndim - len(dims), arr.ndim)))
-    return moved.reshape(-1, size)
+    out = np.array(moved.reshape(-1, size))
+    out.flags.writeable = False
+    return out
 
 
+@memoised
 def same_placement(a: HloSharding, b: HloSharding, dims: Sequence[int], n: int) -> bool:
     """Whether two leaf shardings put the same tile (and padding) on every device."""
     if a == b:

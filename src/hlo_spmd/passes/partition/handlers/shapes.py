@@ -14,7 +14,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.handlers.common import emit_like, memoised
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table, to_sharding)
@@ -38,6 +38,7 @@ def remake(like: HloSharding, ta) -> HloSharding:
 
 
 # -- broadcast ------------------------------------------------------------------------------
+@memoised
 def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims) -> HloSharding:
     """The result's sharding restricted to the operand's dims: new dims (and size-1 operand
     dims that are stretched) replicated, the rest in operand order."""
@@ -81,6 +82,7 @@ def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
 
 
 # -- reshape --------------------------------------------------------------------------------
+@memoised
 def _maps_exactly(s_in: HloSharding, in_dims, out_dims, s_out: HloSharding) -> bool:
     """A local reshape of ``s_in``'s tiles gives ``s_out``'s tiles. Manual subgroups
     qualify too: a reshape never moves data between manual groups, so when the data dims
