@@ -92,6 +92,8 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     if threshold_bytes <= 0 or causes is None:
         return False
     order = comp.instructions
+    if not may_combine(comp):
+        return False
     # ancestors: a bit per candidate collective an instruction depends on (itself
     # included). A collective joins the open group of its kind only when it depends on
     # none of the members: the members are independent.
@@ -189,6 +191,12 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
         return False
     apply(accepted)
     return True
+
+
+def may_combine(comp: Computation) -> bool:
+    """False when ``comp`` has fewer than two collectives of the combined kinds (most
+    computations are reducers): nothing to do, checked before any other work."""
+    return sum(1 for i in comp.instructions if i.opcode in KINDS) >= 2
 
 
 def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
