@@ -73,10 +73,24 @@ def _layout(rank: int) -> Layout:
     return lay
 
 
+_ARRAY_SHAPES: dict[tuple, Shape] = {}
+
+
 def array_shape(element_type: PrimitiveType | int, dims: Sequence[int]) -> Shape:
-    """An array shape with XLA's default (major-to-minor) layout."""
-    dims = tuple(int(d) for d in dims)
-    return Shape(PT(element_type), dims, (), _layout(len(dims)))
+    """An array shape with XLA's default (major-to-minor) layout.
+
+    One value per (element type, dims): shapes are immutable, and a program has a few
+    dozen distinct ones over thousands of instructions, so this saves building a frozen
+    dataclass per instruction and lets memos keyed by shape identity (verifier, peak
+    estimate, printer) hit. Integer-like dims and element types hash and compare as
+    ints, so the raw arguments find the entry."""
+    key = (element_type, dims if type(dims) is tuple else tuple(dims))
+    shape = _ARRAY_SHAPES.get(key)
+    if shape is None:
+        dims = tuple(int(d) for d in dims)
+        shape = _ARRAY_SHAPES[(int(element_type), dims)] = \
+            Shape(PT(element_type), dims, (), _layout(len(dims)))
+    return shape
 
 
 def _scalar(et: PrimitiveType) -> Shape:
