@@ -62,7 +62,37 @@ _GC_THRESHOLDS = (50_000, 20, 10)
 
 
 def main() -> None:
+    """The process entry point (console script, ``python -m hlo_spmd_cli``): runs the
+    command, then ends the process without tearing the object graph down."""
     gc.set_threshold(*_GC_THRESHOLDS)
     _register()
-    cli.main(prog_name="hlo-spmd")
+    try:
+        cli.main(prog_name="hlo-spmd")
+        code = 0
+    except SystemExit as e:  # click ends every command this way
+        code = e.code
+    _exit(code)
+
+
+def _exit(code) -> None:
+    """``sys.exit(code)`` for a process whose work is done: every output file is written
+    and closed (saves are atomic renames), so freeing the module's object graph one
+    object at a time at interpreter shutdown only costs time (~0.1 s at 3.6k
+    instructions, seconds at 100k). Exit handlers still run and the standard streams
+    are flushed; then ``os._exit``. Exit codes are those of ``sys.exit``."""
+    import atexit
+    import sys
+
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: as Python's own shutdown
+            code = code or 120
+    os._exit(code)
 
