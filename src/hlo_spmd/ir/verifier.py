@@ -32,7 +32,7 @@ from hlo_spmd.ir.shape_inference import (
     ARITY,
     CALLED_COUNT,
     KNOWN_OPCODES,
-    infer_shape,
+    InferenceMemo,
 )
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def verify_module(module: "Module", *, check_shapes: bool = True,
 
 class _ModuleState:
     __slots__ = ("position", "names", "ids", "check_shapes", "check_shardings", "check_order",
-                 "num_devices", "shapes_ok", "shardings_ok")
+                 "num_devices", "shapes_ok", "shardings_ok", "inferred")
 
     def __init__(self, position: dict[int, int], check_shapes: bool, check_shardings: bool,
                  check_order: bool, num_devices: int | None) -> None:
@@ -113,6 +113,8 @@ class _ModuleState:
         # objects, so an id is never reused during the run.
         self.shapes_ok: dict[int, Shape] = {}
         self.shardings_ok: dict[tuple[int, int], tuple] = {}
+        # Most instructions repeat an (opcode, shapes, attributes read) key of another.
+        self.inferred = InferenceMemo()
 
     def verify_computation(self, comp: "Computation") -> None:
         insts = comp.instructions
@@ -134,7 +136,8 @@ class _ModuleState:
         names, ids = self.names, self.ids
         comp_pos = self.position.get(id(comp), -1)
         param_numbers: dict[int, object] = {}
-        for k, inst in enumerate(insts):
+        defined: set[int] = set()  # the instructions before the current one
+        for inst in insts:
             opcode = inst.opcode
             if inst.name in names:
                 raise VerifierError(f"duplicate instruction name {inst.name!r}", _where(comp, inst))
@@ -153,18 +156,17 @@ class _ModuleState:
                 raise VerifierError(f"{opcode} takes {arity} operand(s), has {len(operands)}",
                                     _where(comp, inst))
             for o in operands:
-                j = index.get(id(o))
-                if j is None:
-                    raise VerifierError(f"operand {o.name} is not an instruction of this "
-                                        f"computation", _where(comp, inst))
-                if j >= k:
+                if id(o) not in defined:
+                    if id(o) not in index:
+                        raise VerifierError(f"operand {o.name} is not an instruction of this "
+                                            f"computation", _where(comp, inst))
                     raise VerifierError(f"operand {o.name} is used before it is defined",
                                         _where(comp, inst))
             for o in inst.control_predecessors:
-                j = index.get(id(o))
-                if j is None or j >= k:
+                if id(o) not in defined:
                     raise VerifierError(f"control predecessor {o.name} is not defined earlier "
                                         f"in this computation", _where(comp, inst))
+            defined.add(id(inst))
             called = inst.called_computations
             if called:
                 self._check_called(comp, comp_pos, inst)
@@ -180,8 +182,9 @@ class _ModuleState:
                 self.shapes_ok[id(shape)] = shape
             if self.check_shapes:
                 try:
-                    inferred = infer_shape(opcode, [o.shape for o in operands], inst.attrs,
-                                           called, shape, where=_where(comp, inst))
+                    inferred = self.inferred.infer(opcode, [o.shape for o in operands],
+                                                   inst.attrs, called, shape,
+                                                   lambda: _where(comp, inst))
                 except VerifierError:
                     raise
                 except (IndexError, KeyError, ValueError, TypeError) as e:
