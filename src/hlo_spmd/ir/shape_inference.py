@@ -1658,8 +1658,8 @@ RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
                          "select")},
     **{op: ("dimensions",) for op in ("broadcast", "transpose", "reverse", "concatenate",
                                       "reduce")},
-    "slice": ("slice_dimensions",), "dynamic-slice": ("dynamic_slice_sizes",),
-    "pad": ("padding_config",), "dot": ("dot_dimension_numbers",),
+    "dynamic-slice": ("dynamic_slice_sizes",),
+    "dot": ("dot_dimension_numbers",),
 }
 
 _FIELDS = hlo_pb2.HloInstructionProto.DESCRIPTOR.fields_by_name
