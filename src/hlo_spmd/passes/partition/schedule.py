@@ -44,20 +44,24 @@ def sink_to_first_use(comp: Computation) -> bool:
         if inst.control_predecessors:
             tied.add(id(inst))
             tied.update(id(p) for p in inst.control_predecessors)
-    movable = {id(i) for i in order if i is not root and _movable(i) and id(i) not in tied}
+    movable: dict[int, int] = {}  # id -> position, in program order
+    for pos, inst in enumerate(order):
+        if inst is not root and id(inst) not in tied and _movable(inst):
+            movable[id(inst)] = pos
     if not movable:
         return False  # e.g. a reducer: its only non-parameter is the root
-    # Users of the movable values only, and the last reader of every value.
-    users: dict[int, list[Instruction]] = {}
+    # (position, user) of the movable values only, and the last reader of every value.
+    users: dict[int, list[tuple[int, Instruction]]] = {}
     last_user: dict[int, Instruction] = {}
-    for inst in order:
+    for pos, inst in enumerate(order):
         for o in inst.operands:
             last_user[id(o)] = inst
             if id(o) in movable:
-                mine = users.setdefault(id(o), [])
-                if not mine or mine[-1] is not inst:
-                    mine.append(inst)
-    position = {id(i): k for k, i in enumerate(order)}
+                mine = users.get(id(o))
+                if mine is None:
+                    users[id(o)] = [(pos, inst)]
+                elif mine[-1][1] is not inst:
+                    mine.append((pos, inst))
     # Sort keys: an instruction that stays has (position, 1); one placed before user U
     # has U's key with its last entry replaced by (0, own position, 1), so it comes
     # right before U, after anything else placed before U earlier in the program, and
@@ -66,10 +70,8 @@ def sink_to_first_use(comp: Computation) -> bool:
     # (recursively, by position), without sorting the whole computation.
     key: dict[int, tuple[int, ...]] = {}
     before: dict[int, list[Instruction]] = {}  # id(U) -> placed before U, latest first
-    for pos in range(len(order) - 1, -1, -1):
+    for pos in reversed(movable.values()):
         inst = order[pos]
-        if id(inst) not in movable:
-            continue
         mine = users.get(id(inst))
         if not mine:
             continue
@@ -77,8 +79,8 @@ def sink_to_first_use(comp: Computation) -> bool:
         stretched = sum(o.shape.byte_size() for o in distinct if last_user.get(id(o)) is inst)
         if inst.shape.byte_size() < stretched:
             continue
-        first = min(mine, key=lambda u: key.get(id(u)) or (position[id(u)], 1))
-        key[id(inst)] = (key.get(id(first)) or (position[id(first)], 1))[:-1] + (0, pos, 1)
+        first_pos, first = min(mine, key=lambda u: key.get(id(u[1])) or (u[0], 1))
+        key[id(inst)] = (key.get(id(first)) or (first_pos, 1))[:-1] + (0, pos, 1)
         before.setdefault(id(first), []).append(inst)
     if not key:
         return False
