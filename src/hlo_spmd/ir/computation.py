@@ -97,8 +97,7 @@ class Computation:
                     add(id(dep))
                     push(dep)
         before = len(self.instructions)
-        if len(live) != before:
-            self.instructions = [i for i in self.instructions if id(i) in live]
+        self.instructions = [i for i in self.instructions if id(i) in live]
         return before - len(self.instructions)
 
     def sort_topologically(self) -> None:
