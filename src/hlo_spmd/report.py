@@ -98,8 +98,20 @@ def loop_trips(module: Module) -> dict[int, int | bool]:
     return out
 
 
-def _find(module: Module) -> dict[tuple[str, str], Instruction]:
-    return {(c.name, i.name): i for c in module.computations for i in c.instructions}
+def _find(module: Module, records: list) -> dict[tuple[str, str], Instruction]:
+    """(computation name, instruction name) -> instruction, for the named ``records``
+    (a few hundred collectives, not every instruction of the module)."""
+    wanted: dict[str, set[str]] = {}
+    for rec in records:
+        wanted.setdefault(rec.computation, set()).add(rec.name)
+    out: dict[tuple[str, str], Instruction] = {}
+    for c in module.computations:
+        names = wanted.get(c.name)
+        if names:
+            for i in c.instructions:
+                if i.name in names:
+                    out[(c.name, i.name)] = i
+    return out
 
 
 def build_report(out: Module, causes: Any = None, num_devices: int | None = None,
@@ -110,7 +122,7 @@ def build_report(out: Module, causes: Any = None, num_devices: int | None = None
     from hlo_spmd.stats import module_stats
 
     stats = module_stats(out, num_devices, memory=False)  # the report lists collectives
-    insts = _find(out)
+    insts = _find(out, stats.records)
     trips = loop_trips(out)
     entries = []
     summary = {c: {"count": 0, "bytes_per_device": 0.0} for c in CAUSES}

@@ -151,62 +151,80 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     memo.setdefault(key, 0)  # guards against (invalid) recursion
     order = comp.instructions
     end = len(order)
-    sources: dict[int, frozenset[int]] = {}
+    # Only the values that own no buffer (ALIASING_OPS, while) are in ``aliases``: the
+    # buffers they keep alive. Every other value is its own one buffer, which saves a
+    # set per instruction (this runs on every computation the combiner rewrites).
+    aliases: dict[int, frozenset[int]] = {}
     elements: dict[int, list[frozenset[int]]] = {}
     last: dict[int, int] = {}
+    own = [0] * end  # bytes each position's instruction makes
+    byte_size: dict[int, int] = {}  # per shape object: many instructions share one
     for idx, inst in enumerate(order):
-        if inst.opcode == "while":  # the loop state lives in its operand's buffers
-            src = sources.get(id(inst.operands[0]), frozenset())
-            if id(inst.operands[0]) in elements:
-                elements[id(inst)] = elements[id(inst.operands[0])]
-            sources[id(inst)] = src
-        elif inst.opcode in ALIASING_OPS:
-            if inst.opcode == "get-tuple-element" and id(inst.operands[0]) in elements:
+        opcode = inst.opcode
+        if opcode == "while":  # the loop state lives in its operand's buffers
+            o = inst.operands[0]
+            if id(o) in elements:
+                elements[id(inst)] = elements[id(o)]
+            aliases[id(inst)] = _buffers(o, aliases)
+        elif opcode in ALIASING_OPS:
+            if opcode == "get-tuple-element" and id(inst.operands[0]) in elements:
                 src = elements[id(inst.operands[0])][inst.tuple_index]
-            elif inst.opcode == "add-dependency" and inst.operands:
-                src = sources.get(id(inst.operands[0]), frozenset())
+            elif opcode == "add-dependency" and inst.operands:
+                src = _buffers(inst.operands[0], aliases)
             else:
-                src = frozenset().union(*(sources.get(id(o), frozenset())
-                                           for o in inst.operands))
-            if inst.opcode == "tuple":
-                elements[id(inst)] = [sources.get(id(o), frozenset()) for o in inst.operands]
-            sources[id(inst)] = src
+                src = frozenset().union(*(_buffers(o, aliases) for o in inst.operands))
+            if opcode == "tuple":
+                elements[id(inst)] = [_buffers(o, aliases) for o in inst.operands]
+            aliases[id(inst)] = src
         else:
-            sources[id(inst)] = frozenset({id(inst)})
             last[id(inst)] = idx  # unused values die right after they are made
-        for op in inst.operands:
-            for buf in sources.get(id(op), ()):
-                last[buf] = idx
-        for pred in inst.control_predecessors:
-            for buf in sources.get(id(pred), ()):
-                last[buf] = idx
+            if opcode != "parameter" or is_entry:
+                shape = inst.shape
+                n = byte_size.get(id(shape))
+                if n is None:
+                    n = byte_size[id(shape)] = shape.byte_size()
+                own[idx] = n
+        for deps in (inst.operands, inst.control_predecessors):
+            for o in deps:
+                bufs = aliases.get(id(o))
+                if bufs is None:
+                    last[id(o)] = idx
+                else:
+                    for buf in bufs:
+                        last[buf] = idx
     if comp.root is not None:
-        for buf in sources.get(id(comp.root), ()):
+        for buf in _buffers(comp.root, aliases):
             last[buf] = end
-    size = {id(i): _own_bytes(i, is_entry) for i in order}
-    frees: dict[int, list[int]] = {}
-    for inst in order:
-        if size[id(inst)]:
-            frees.setdefault(last[id(inst)], []).append(id(inst))
-    live = 0
-    peak = 0
-    if is_entry:  # parameters are there before the first instruction runs
-        for inst in order:
-            if inst.opcode == "parameter":
-                live += size[id(inst)]
-        peak = live
+    freed = [0] * (end + 1)  # bytes whose last use is at each position
     for idx, inst in enumerate(order):
-        if not (is_entry and inst.opcode == "parameter"):
-            live += size[id(inst)]
-        extra = 0
+        if own[idx]:
+            freed[last[id(inst)]] += own[idx]
+    live = 0
+    if is_entry:  # parameters are there before the first instruction runs
+        for idx, inst in enumerate(order):
+            if inst.opcode == "parameter":
+                live += own[idx]
+                own[idx] = 0
+    peak = live
+    for idx, inst in enumerate(order):
+        live += own[idx]
         if inst.opcode in _CONTROL_FLOW:
-            extra = max((_peak(c, False, memo) for c in inst.called_computations), default=0)
-        peak = max(peak, live + extra)
-        for buf in frees.get(idx, ()):
-            live -= size[buf]
+            live_in = live + max((_peak(c, False, memo) for c in inst.called_computations),
+                                 default=0)
+            if live_in > peak:
+                peak = live_in
+        elif live > peak:
+            peak = live
+        live -= freed[idx]
     if not is_entry:
         memo[key] = peak
     return peak
+
+
+def _buffers(inst: Instruction, aliases: dict[int, frozenset[int]]) -> frozenset[int]:
+    """The buffers value ``inst`` keeps alive: its own, or those it aliases."""
+    bufs = aliases.get(id(inst))
+    return frozenset((id(inst),)) if bufs is None else bufs
 
 
 def computation_peak_bytes(comp: Computation, is_entry: bool) -> int:

@@ -105,14 +105,10 @@ def iter_operand_users(instructions: Iterable[Instruction]) -> dict[int, list[In
     users: dict[int, list[Instruction]] = {}
     get = users.get
     for inst in instructions:
-        ops = inst.operands
-        if len(ops) > 1:
-            # Instructions hash by identity: dict.fromkeys keeps the first of each, in order.
-            ops = dict.fromkeys(ops)
-        for op in ops:
+        for op in inst.operands:
             lst = get(id(op))
             if lst is None:
                 users[id(op)] = [inst]
-            else:
+            elif lst[-1] is not inst:  # an operand read twice: its list already ends so
                 lst.append(inst)
     return users

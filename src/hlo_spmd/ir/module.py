@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
@@ -45,6 +45,9 @@ class Module:
 
     def reserve_name(self, name: str) -> None:
         self._names.add(name)
+
+    def reserve_names(self, names: Iterable[str]) -> None:
+        self._names.update(names)
 
     def next_instruction_id(self) -> int:
         self._next_instruction_id += 1

@@ -135,6 +135,8 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
         module.reserve_name(cmsg.name)
 
         local: dict[int, Instruction] = {}
+        operand = local.__getitem__
+        append = comp.instructions.append
         for imsg in cmsg.instructions:
             if consume:
                 attrs_i = imsg  # owned fields are cleared below, once read
@@ -142,11 +144,16 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
                 attrs_i = hlo_pb2.HloInstructionProto()
                 attrs_i.CopyFrom(imsg)
                 clear_owned(attrs_i)
-            inst = Instruction(imsg.opcode, shape_from_proto(imsg.shape, shapes), (), imsg.name,
-                               attrs_i)
+            smsg = imsg.shape
+            key = smsg.SerializeToString()
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = _shape_from_proto(smsg, shapes)
+            inst = Instruction(imsg.opcode, shape, (), imsg.name, attrs_i)
             inst.id = iid = imsg.id
             inst.parent = comp
-            if imsg.HasField("sharding"):
+            has_sharding = imsg.HasField("sharding")
+            if has_sharding:
                 smsg = imsg.sharding
                 key = smsg.SerializeToString()
                 sharding = shardings.get(key)
@@ -159,20 +166,36 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
             if iid in local:
                 raise InputError(f"duplicate instruction id {iid}", _where(source, cmsg, imsg))
             local[iid] = inst
+            controls = imsg.control_predecessor_ids
             try:
-                inst.operands = [local[i] for i in imsg.operand_ids]
-                if imsg.control_predecessor_ids:
-                    inst.control_predecessors = [local[i] for i in imsg.control_predecessor_ids]
+                inst.operands = list(map(operand, imsg.operand_ids))
+                if controls:
+                    inst.control_predecessors = list(map(operand, controls))
             except KeyError as e:
                 raise InputError(f"operand id {e.args[0]} is not defined before use",
                                  _where(source, cmsg, imsg)) from None
-            comp.instructions.append(inst)
-            if imsg.called_computation_ids:
-                pending.append((inst, list(imsg.called_computation_ids)))
-            module.note_instruction_id(iid)
-            module.reserve_name(imsg.name)
+            append(inst)
+            called = imsg.called_computation_ids
+            if called:
+                pending.append((inst, list(called)))
             if consume:
-                clear_owned(imsg)
+                # The owned fields (OWNED_FIELDS), cleared only where set: each call counts
+                # at 100k instructions.
+                imsg.ClearField("name")
+                imsg.ClearField("opcode")
+                imsg.ClearField("shape")
+                imsg.ClearField("id")
+                if inst.operands:
+                    imsg.ClearField("operand_ids")
+                if called:
+                    imsg.ClearField("called_computation_ids")
+                if controls:
+                    imsg.ClearField("control_predecessor_ids")
+                if has_sharding:
+                    imsg.ClearField("sharding")
+        if local:
+            module.note_instruction_id(max(local))
+            module.reserve_names(inst.name for inst in comp.instructions)
         if cmsg.root_id not in local:
             if not cmsg.instructions:
                 raise InputError("computation has no instructions", f"{source}: computation {cmsg.name}")
@@ -207,41 +230,68 @@ def _where(source: str, cmsg: Any, imsg: Any) -> str:
     return f"{source}: computation {cmsg.name}, instruction {imsg.name or imsg.id}"
 
 
-def _program_shape(comp: Computation) -> xla_data_pb2.ProgramShapeProto:
+class _ShapeProtos:
+    """The ShapeProto of each shape written by one save: its source proto, else built
+    once per distinct leaf value (a tuple's bytes also depend on its children's source
+    protos, which equality ignores, so tuples are built each time). Looked up by object
+    first (shapes are shared), then by value; the objects are held meanwhile."""
+
+    __slots__ = ("_by_id", "_by_value")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Shape, xla_data_pb2.ShapeProto]] = {}
+        self._by_value: dict[Shape, xla_data_pb2.ShapeProto] = {}
+
+    def get(self, shape: Shape) -> xla_data_pb2.ShapeProto:
+        if shape.source_proto is not None:
+            return shape.source_proto
+        got = self._by_id.get(id(shape))
+        if got is not None:
+            return got[1]
+        if shape.tuple_shapes:
+            return shape_to_proto(shape)
+        sp = self._by_value.get(shape)
+        if sp is None:
+            sp = self._by_value[shape] = shape_to_proto(shape)
+        self._by_id[id(shape)] = (shape, sp)
+        return sp
+
+
+def _program_shape(comp: Computation,
+                   shape_protos: _ShapeProtos | None = None) -> xla_data_pb2.ProgramShapeProto:
+    protos = shape_protos if shape_protos is not None else _ShapeProtos()
     ps = xla_data_pb2.ProgramShapeProto()
     for p in comp.parameters:
-        ps.parameters.add().CopyFrom(shape_to_proto(p.shape))
+        ps.parameters.add().CopyFrom(protos.get(p.shape))
         ps.parameter_names.append(p.name)
-    ps.result.CopyFrom(shape_to_proto(comp.root.shape))
+    ps.result.CopyFrom(protos.get(comp.root.shape))
     return ps
 
 
 def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | None = None,
-                         shape_protos: dict | None = None) -> hlo_pb2.HloInstructionProto:
+                         shape_protos: _ShapeProtos | None = None) -> hlo_pb2.HloInstructionProto:
     """``inst`` as a proto; written into ``p`` (an empty message, e.g. a fresh element of
     a computation's repeated field, saving a second copy) when given. ``shape_protos``
-    (Shape value -> ShapeProto, one per save) builds each distinct new array shape once."""
+    (one per save) builds each distinct new array shape once."""
     if p is None:
         p = hlo_pb2.HloInstructionProto()
     p.CopyFrom(inst.attrs)
     p.name = inst.name
     p.opcode = inst.opcode
     shape = inst.shape
-    if shape.source_proto is not None:
+    if shape_protos is not None:
+        p.shape.CopyFrom(shape_protos.get(shape))
+    elif shape.source_proto is not None:
         p.shape.CopyFrom(shape.source_proto)
-    elif shape_protos is not None and not shape.tuple_shapes:
-        # Only leaves: a tuple's bytes also depend on its children's source protos,
-        # which equality ignores.
-        sp = shape_protos.get(shape)
-        if sp is None:
-            sp = shape_protos[shape] = shape_to_proto(shape)
-        p.shape.CopyFrom(sp)
     else:
         p.shape.CopyFrom(shape_to_proto(shape))
     p.id = inst.id
-    p.operand_ids.extend(o.id for o in inst.operands)
-    p.control_predecessor_ids.extend(o.id for o in inst.control_predecessors)
-    p.called_computation_ids.extend(c.id for c in inst.called_computations)
+    if inst.operands:
+        p.operand_ids.extend([o.id for o in inst.operands])
+    if inst.control_predecessors:
+        p.control_predecessor_ids.extend([o.id for o in inst.control_predecessors])
+    if inst.called_computations:
+        p.called_computation_ids.extend([c.id for c in inst.called_computations])
     if inst.sharding is not None:
         if inst.source_sharding is not None and inst.source_sharding[0] is inst.sharding:
             p.sharding.CopyFrom(inst.source_sharding[1])
@@ -255,7 +305,7 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
     if module.attrs is not None:
         out.CopyFrom(module.attrs)
     shapes: dict[bytes, Shape] = {}  # for comparing program shapes
-    shape_protos: dict[Shape, xla_data_pb2.ShapeProto] = {}  # new shapes, built once
+    shape_protos = _ShapeProtos()  # new shapes, built once
     out.name = module.name
     out.id = module.id
     out.entry_computation_name = module.entry.name
@@ -272,9 +322,9 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         add = c.instructions.add
         for inst in comp.instructions:
             instruction_to_proto(inst, add(), shape_protos)
-        _update_program_shape(c.program_shape, _program_shape(comp), c.HasField("program_shape"),
-                              shapes)
-    _update_program_shape(out.host_program_shape, _program_shape(module.entry),
+        _update_program_shape(c.program_shape, _program_shape(comp, shape_protos),
+                              c.HasField("program_shape"), shapes)
+    _update_program_shape(out.host_program_shape, _program_shape(module.entry, shape_protos),
                           out.HasField("host_program_shape"), shapes)
     return out
 

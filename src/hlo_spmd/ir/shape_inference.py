@@ -73,10 +73,24 @@ def _layout(rank: int) -> Layout:
     return lay
 
 
+_ARRAY_SHAPES: dict[tuple, Shape] = {}
+
+
 def array_shape(element_type: PrimitiveType | int, dims: Sequence[int]) -> Shape:
-    """An array shape with XLA's default (major-to-minor) layout."""
-    dims = tuple(int(d) for d in dims)
-    return Shape(PT(element_type), dims, (), _layout(len(dims)))
+    """An array shape with XLA's default (major-to-minor) layout.
+
+    One value per (element type, dims): shapes are immutable, and a program has a few
+    dozen distinct ones over thousands of instructions, so this saves building a frozen
+    dataclass per instruction and lets memos keyed by shape identity (verifier, peak
+    estimate, printer) hit. Integer-like dims and element types hash and compare as
+    ints, so the raw arguments find the entry."""
+    key = (element_type, dims if type(dims) is tuple else tuple(dims))
+    shape = _ARRAY_SHAPES.get(key)
+    if shape is None:
+        dims = tuple(int(d) for d in dims)
+        shape = _ARRAY_SHAPES[(int(element_type), dims)] = \
+            Shape(PT(element_type), dims, (), _layout(len(dims)))
+    return shape
 
 
 def _scalar(et: PrimitiveType) -> Shape:
@@ -1628,3 +1642,104 @@ def infer_shape(opcode: str, operand_shapes: Sequence[Shape],
         raise VerifierError(f"unknown opcode {opcode!r}", where)
     return rule(_Ctx(opcode, operand_shapes, attrs if attrs is not None else _EMPTY_ATTRS,
                      called, declared, where))
+
+
+# -- memoised inference -------------------------------------------------------------------------
+#: The attribute fields each listed opcode's rule reads. For these opcodes the rule is a
+#: pure function of the operand shapes, the declared shape, the called computations'
+#: signatures and these fields, so instructions that agree on all of them infer the same
+#: shape (a module repeats a few dozen such keys over thousands of instructions). Listed:
+#: the rules that cost several times a memo lookup (elementwise rules cost about as
+#: much as the key, so they are not). ``tests/test_shape_inference_memo.py`` runs each
+#: listed rule on the fixtures through an attrs proxy that fails on any other field:
+#: keep an entry in step with its rule.
+RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    **{op: () for op in ("reshape", "dynamic-update-slice", "compare", "convert",
+                         "select")},
+    **{op: ("dimensions",) for op in ("broadcast", "transpose", "reverse", "concatenate",
+                                      "reduce")},
+    "dynamic-slice": ("dynamic_slice_sizes",),
+    "dot": ("dot_dimension_numbers",),
+}
+
+_FIELDS = hlo_pb2.HloInstructionProto.DESCRIPTOR.fields_by_name
+
+
+def _field_reader(name: str) -> Callable[[Any], Any]:
+    """A hashable view of one attribute field: the value, a tuple for repeated scalars,
+    serialized bytes for messages."""
+    f = _FIELDS[name]
+    repeated = f.is_repeated
+    if f.message_type is None:
+        return (lambda a: tuple(getattr(a, name))) if repeated else (lambda a: getattr(a, name))
+    if repeated:
+        return lambda a: tuple(m.SerializeToString(deterministic=True) for m in getattr(a, name))
+    return lambda a: (a.HasField(name), getattr(a, name).SerializeToString(deterministic=True))
+
+
+def _only_fields(attrs: hlo_pb2.HloInstructionProto,
+                 names: tuple[str, ...]) -> hlo_pb2.HloInstructionProto:
+    """A copy of ``attrs`` holding only the fields ``names``."""
+    out = hlo_pb2.HloInstructionProto()
+    for name in names:
+        f = _FIELDS[name]
+        if f.is_repeated:
+            getattr(out, name).extend(getattr(attrs, name))
+        elif f.message_type is not None:
+            if attrs.HasField(name):
+                getattr(out, name).CopyFrom(getattr(attrs, name))
+        else:
+            setattr(out, name, getattr(attrs, name))
+    return out
+
+
+_READERS = {op: tuple(_field_reader(n) for n in names) for op, names in RULE_ATTRIBUTES.items()}
+
+
+class InferenceMemo:
+    """``infer_shape`` with the results of the opcodes in ``RULE_ATTRIBUTES`` remembered
+    per key: opcode, operand and declared shape objects, the signature of each called
+    computation (its parameter and root shape objects: the listed rules read callees
+    only through ``program_shape``) and the fields read. A miss runs the rule on a copy of
+    the attributes holding only those fields, so what is remembered cannot depend on
+    any other field. Keys name objects by identity and the memo holds them: for one
+    pass over modules nobody edits meanwhile (e.g. one ``verify_module`` call).
+    Failures are not remembered: they raise, once."""
+
+    __slots__ = ("_results", "_signatures")
+
+    def __init__(self) -> None:
+        self._results: dict[tuple, tuple] = {}
+        self._signatures: dict[int, tuple] = {}
+
+    def infer(self, opcode: str, operand_shapes: Sequence[Shape],
+              attrs: hlo_pb2.HloInstructionProto, called: Sequence["Computation"],
+              declared: Shape | None, where: str | Callable[[], str] | None) -> Shape:
+        """As ``infer_shape``; ``where`` may be a function making the text (only asked
+        when an inference runs)."""
+        readers = _READERS.get(opcode)
+        if readers is None:
+            return infer_shape(opcode, operand_shapes, attrs, called, declared,
+                               where() if callable(where) else where)
+        key = (opcode, id(declared), tuple(map(id, operand_shapes)),
+               tuple(map(self._signature, called)) if called else (),
+               tuple([r(attrs) for r in readers]) if readers else ())
+        got = self._results.get(key)
+        if got is None:
+            shape = infer_shape(opcode, operand_shapes,
+                                _only_fields(attrs, RULE_ATTRIBUTES[opcode]), called, declared,
+                                where() if callable(where) else where)
+            # The key's objects are held, so their ids stay theirs while the memo lives.
+            got = self._results[key] = (shape, declared, tuple(operand_shapes))
+        return got[0]
+
+    def _signature(self, comp: "Computation") -> tuple:
+        got = self._signatures.get(id(comp))
+        if got is None:
+            try:
+                params, result = program_shape(comp)
+            except VerifierError:  # no root: a key of its own (the rule reports it)
+                params, result = [comp], None
+            got = self._signatures[id(comp)] = (tuple(map(id, params)), id(result),
+                                                params, result, comp)
+        return got[:2]

@@ -32,7 +32,7 @@ from hlo_spmd.ir.shape_inference import (
     ARITY,
     CALLED_COUNT,
     KNOWN_OPCODES,
-    infer_shape,
+    InferenceMemo,
 )
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def verify_module(module: "Module", *, check_shapes: bool = True,
 
 class _ModuleState:
     __slots__ = ("position", "names", "ids", "check_shapes", "check_shardings", "check_order",
-                 "num_devices", "shapes_ok", "shardings_ok")
+                 "num_devices", "shapes_ok", "shardings_ok", "inferred", "matches")
 
     def __init__(self, position: dict[int, int], check_shapes: bool, check_shardings: bool,
                  check_order: bool, num_devices: int | None) -> None:
@@ -113,6 +113,10 @@ class _ModuleState:
         # objects, so an id is never reused during the run.
         self.shapes_ok: dict[int, Shape] = {}
         self.shardings_ok: dict[tuple[int, int], tuple] = {}
+        # Most instructions repeat an (opcode, shapes, attributes read) key of another.
+        self.inferred = InferenceMemo()
+        # (inferred, declared) shape pairs found compatible, by identity (objects held).
+        self.matches: dict[tuple[int, int], tuple[Shape, Shape]] = {}
 
     def verify_computation(self, comp: "Computation") -> None:
         insts = comp.instructions
@@ -134,7 +138,11 @@ class _ModuleState:
         names, ids = self.names, self.ids
         comp_pos = self.position.get(id(comp), -1)
         param_numbers: dict[int, object] = {}
-        for k, inst in enumerate(insts):
+        defined: set[int] = set()  # the instructions before the current one
+        shapes_ok, matches, infer = self.shapes_ok, self.matches, self.inferred.infer
+        check_shapes = self.check_shapes
+        check_shardings = self.check_shardings
+        for inst in insts:
             opcode = inst.opcode
             if inst.name in names:
                 raise VerifierError(f"duplicate instruction name {inst.name!r}", _where(comp, inst))
@@ -153,18 +161,17 @@ class _ModuleState:
                 raise VerifierError(f"{opcode} takes {arity} operand(s), has {len(operands)}",
                                     _where(comp, inst))
             for o in operands:
-                j = index.get(id(o))
-                if j is None:
-                    raise VerifierError(f"operand {o.name} is not an instruction of this "
-                                        f"computation", _where(comp, inst))
-                if j >= k:
+                if id(o) not in defined:
+                    if id(o) not in index:
+                        raise VerifierError(f"operand {o.name} is not an instruction of this "
+                                            f"computation", _where(comp, inst))
                     raise VerifierError(f"operand {o.name} is used before it is defined",
                                         _where(comp, inst))
             for o in inst.control_predecessors:
-                j = index.get(id(o))
-                if j is None or j >= k:
+                if id(o) not in defined:
                     raise VerifierError(f"control predecessor {o.name} is not defined earlier "
                                         f"in this computation", _where(comp, inst))
+            defined.add(id(inst))
             called = inst.called_computations
             if called:
                 self._check_called(comp, comp_pos, inst)
@@ -175,23 +182,25 @@ class _ModuleState:
                                         _where(comp, inst))
                 param_numbers[n] = inst
             shape = inst.shape
-            if id(shape) not in self.shapes_ok:
+            if id(shape) not in shapes_ok:
                 _check_shape_value(shape, comp, inst)
-                self.shapes_ok[id(shape)] = shape
-            if self.check_shapes:
+                shapes_ok[id(shape)] = shape
+            if check_shapes:
                 try:
-                    inferred = infer_shape(opcode, [o.shape for o in operands], inst.attrs,
-                                           called, shape, where=_where(comp, inst))
+                    inferred = infer(opcode, [o.shape for o in operands], inst.attrs, called,
+                                     shape, lambda: _where(comp, inst))
                 except VerifierError:
                     raise
                 except (IndexError, KeyError, ValueError, TypeError) as e:
                     raise VerifierError(f"{opcode}: malformed attributes ({e})",
                                         _where(comp, inst)) from None
-                if inferred is not shape and not inferred.compatible(shape):
-                    raise VerifierError(f"shape {shape.to_text(False)} does not match the "
-                                        f"inferred {inferred.to_text(False)}",
-                                        _where(comp, inst))
-            if self.check_shardings and inst.sharding is not None:
+                if inferred is not shape and (id(inferred), id(shape)) not in matches:
+                    if not inferred.compatible(shape):
+                        raise VerifierError(f"shape {shape.to_text(False)} does not match the "
+                                            f"inferred {inferred.to_text(False)}",
+                                            _where(comp, inst))
+                    matches[id(inferred), id(shape)] = (inferred, shape)
+            if check_shardings and inst.sharding is not None:
                 key = (id(inst.sharding), id(shape))
                 if key not in self.shardings_ok:
                     self._check_sharding(comp, inst)

@@ -92,6 +92,8 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     if threshold_bytes <= 0 or causes is None:
         return False
     order = comp.instructions
+    if not may_combine(comp):
+        return False
     # ancestors: a bit per candidate collective an instruction depends on (itself
     # included). A collective joins the open group of its kind only when it depends on
     # none of the members: the members are independent.
@@ -191,6 +193,12 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     return True
 
 
+def may_combine(comp: Computation) -> bool:
+    """False when ``comp`` has fewer than two collectives of the combined kinds (most
+    computations are reducers): nothing to do, checked before any other work."""
+    return sum(1 for i in comp.instructions if i.opcode in KINDS) >= 2
+
+
 def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
     return (inst.opcode in KINDS and len(inst.operands) == 1 and inst.shape.is_array
             and bool(inst.attrs.channel_id) and not inst.control_predecessors
@@ -200,28 +208,53 @@ def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
 def _in_order(insts: list[Instruction],
               position: dict[int, int]) -> list[Instruction] | None:
     """A topological order of ``insts`` that follows ``position`` wherever the edges allow
-    (Kahn's algorithm, the ready instruction of lowest position first); None when the
-    edges make a cycle."""
+    (Kahn's algorithm, the ready instruction of lowest (position, index) first); None
+    when the edges make a cycle.
+
+    Walked in rank order instead of through a heap of every instruction: most are ready
+    when their turn comes (the base program is in order). One that is not waits on an
+    operand it lacks and enters a heap once ready; at each step the next in rank order
+    and the heap's top compete, so the pick is Kahn's."""
     members = {id(i) for i in insts}
-    waiting: dict[int, int] = {}
-    users: dict[int, list[Instruction]] = {}
-    for inst in insts:
-        deps = {id(o): o for o in list(inst.operands) + list(inst.control_predecessors)
-                if id(o) in members}
-        waiting[id(inst)] = len(deps)
-        for d in deps:
-            users.setdefault(d, []).append(inst)
-    rank = {id(i): (position[id(i)], k) for k, i in enumerate(insts)}
-    ready = [(rank[id(i)], id(i), i) for i in insts if waiting[id(i)] == 0]
-    heapq.heapify(ready)
+    ranks = [(position[id(i)], k) for k, i in enumerate(insts)]
+    walk = sorted(range(len(insts)), key=ranks.__getitem__)
+    done: set[int] = set()
+
+    def missing(inst: Instruction) -> int | None:
+        """An operand (or control predecessor) of ``inst`` not placed yet."""
+        for dep in inst.operands:
+            if id(dep) not in done and id(dep) in members:
+                return id(dep)
+        for dep in inst.control_predecessors:
+            if id(dep) not in done and id(dep) in members:
+                return id(dep)
+        return None
+
+    waiting: dict[int, list[int]] = {}  # id(dep) -> indices of instructions waiting on it
+    ready: list[tuple[tuple[int, int], int]] = []  # (rank, index), became ready late
     out: list[Instruction] = []
-    while ready:
-        _, _, inst = heapq.heappop(ready)
+    nxt = 0
+    while True:
+        if ready and (nxt == len(walk) or ready[0][0] < ranks[walk[nxt]]):
+            k = heapq.heappop(ready)[1]
+        elif nxt < len(walk):
+            k = walk[nxt]
+            nxt += 1
+            dep = missing(insts[k])
+            if dep is not None:
+                waiting.setdefault(dep, []).append(k)
+                continue
+        else:
+            break
+        inst = insts[k]
         out.append(inst)
-        for u in users.get(id(inst), ()):
-            waiting[id(u)] -= 1
-            if waiting[id(u)] == 0:
-                heapq.heappush(ready, (rank[id(u)], id(u), u))
+        done.add(id(inst))
+        for j in waiting.pop(id(inst), ()):
+            dep = missing(insts[j])
+            if dep is None:
+                heapq.heappush(ready, (ranks[j], j))
+            else:
+                waiting.setdefault(dep, []).append(j)
     return out if len(out) == len(insts) else None
 
 

@@ -16,7 +16,7 @@ control edges keep their place; the relative order of everything else is unchang
 from __future__ import annotations
 
 from hlo_spmd.ir.computation import Computation
-from hlo_spmd.ir.instruction import Instruction, iter_operand_users
+from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import COLLECTIVES, SIDE_EFFECTING
 
 # Ops that create no buffer of their own (they alias their operands): moving them saves
@@ -25,46 +25,79 @@ _NO_BUFFER = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
                         "add-dependency"})
 
 
-def _movable(inst: Instruction, tied: set[int]) -> bool:
+def _movable(inst: Instruction) -> bool:
+    # Cheapest test first, as a plain loop: most instructions read a non-scalar.
+    for o in inst.operands:
+        if o.shape.dims or not o.shape.is_array:
+            return False
     return (inst.opcode != "parameter" and inst.opcode not in SIDE_EFFECTING
             and inst.opcode not in COLLECTIVES and inst.opcode not in _NO_BUFFER
-            and not inst.called_computations and id(inst) not in tied
-            and inst.shape.is_array
-            and all(o.shape.is_array and o.shape.rank == 0 for o in inst.operands))
+            and not inst.called_computations and inst.shape.is_array)
 
 
 def sink_to_first_use(comp: Computation) -> bool:
     """Reorder ``comp`` (see the module docstring); True when the order changed."""
     order = comp.instructions
-    users = iter_operand_users(order)
+    root = comp.root
     tied: set[int] = set()
     for inst in order:
         if inst.control_predecessors:
             tied.add(id(inst))
             tied.update(id(p) for p in inst.control_predecessors)
+    movable: dict[int, int] = {}  # id -> position, in program order
+    for pos, inst in enumerate(order):
+        if inst is not root and id(inst) not in tied and _movable(inst):
+            movable[id(inst)] = pos
+    if not movable:
+        return False  # e.g. a reducer: its only non-parameter is the root
+    # (position, user) of the movable values only, and the last reader of every value.
+    users: dict[int, list[tuple[int, Instruction]]] = {}
     last_user: dict[int, Instruction] = {}
-    for inst in order:
+    for pos, inst in enumerate(order):
         for o in inst.operands:
             last_user[id(o)] = inst
+            if id(o) in movable:
+                mine = users.get(id(o))
+                if mine is None:
+                    users[id(o)] = [(pos, inst)]
+                elif mine[-1][1] is not inst:
+                    mine.append((pos, inst))
     # Sort keys: an instruction that stays has (position, 1); one placed before user U
     # has U's key with its last entry replaced by (0, own position, 1), so it comes
     # right before U, after anything else placed before U earlier in the program, and
-    # after whatever is placed before it in turn.
+    # after whatever is placed before it in turn. Only the placed ones get a key: the
+    # order is then each staying instruction preceded by what is placed before it
+    # (recursively, by position), without sorting the whole computation.
     key: dict[int, tuple[int, ...]] = {}
-    for pos in range(len(order) - 1, -1, -1):
+    before: dict[int, list[Instruction]] = {}  # id(U) -> placed before U, latest first
+    for pos in reversed(movable.values()):
         inst = order[pos]
-        mine = users.get(id(inst), [])
-        key[id(inst)] = (pos, 1)
-        if not mine or inst is comp.root or not _movable(inst, tied):
+        mine = users.get(id(inst))
+        if not mine:
             continue
         distinct = {id(o): o for o in inst.operands}.values()
         stretched = sum(o.shape.byte_size() for o in distinct if last_user.get(id(o)) is inst)
         if inst.shape.byte_size() < stretched:
             continue
-        first = min(key[id(u)] for u in mine)
-        key[id(inst)] = first[:-1] + (0, pos, 1)
-    new = sorted(order, key=lambda i: key[id(i)])
-    if all(a is b for a, b in zip(new, order)):
+        first_pos, first = min(mine, key=lambda u: key.get(id(u[1])) or (u[0], 1))
+        key[id(inst)] = (key.get(id(first)) or (first_pos, 1))[:-1] + (0, pos, 1)
+        before.setdefault(id(first), []).append(inst)
+    if not key:
+        return False
+    new: list[Instruction] = []
+
+    def emit(inst: Instruction) -> None:
+        for placed in reversed(before.get(id(inst), ())):
+            emit(placed)
+        new.append(inst)
+
+    for inst in order:
+        if id(inst) not in key:
+            if id(inst) in before:
+                emit(inst)
+            else:
+                new.append(inst)
+    if new == order:  # instructions compare by identity
         return False
     comp.instructions = new
     return True

@@ -35,7 +35,7 @@ from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.literal import literal_to_numpy
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
-from hlo_spmd.passes.partition.combine import combine_collectives
+from hlo_spmd.passes.partition.combine import combine_collectives, may_combine
 from hlo_spmd.passes.partition.schedule import sink_to_first_use
 from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.sharding.device_ids import all_distinct
@@ -66,15 +66,32 @@ def tidy_module(module: Module, num_devices: int, causes=None,
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically()
                 comp.remove_dead()
-    # Combining is one buffer per group: never larger than the biggest array already there.
-    largest = max((i.shape.byte_size() for c in module.computations for i in c.instructions
-                   if i.shape.is_array), default=0)
+    combine = {id(c) for c in module.computations if may_combine(c)} \
+        if combine_threshold_bytes > 0 and causes is not None else set()
+    largest = _largest_array_bytes(module) if combine else 0
     for comp in list(module.computations):
-        if combine_collectives(comp, combine_threshold_bytes, causes,
-                               lambda c: computation_peak_bytes(c, c is module.entry),
-                               largest):
-            comp.remove_dead()
+        if id(comp) in combine:
+            if combine_collectives(comp, combine_threshold_bytes, causes,
+                                   lambda c: computation_peak_bytes(c, c is module.entry),
+                                   largest):
+                comp.remove_dead()
         sink_to_first_use(comp)  # last: the order the rewrites leave is final
+
+
+def _largest_array_bytes(module: Module) -> int:
+    """The module's largest array: combining is one buffer per group, never larger than
+    the biggest array already there. Sized once per shape object (shapes are shared)."""
+    sizes: dict[int, int] = {}
+    largest = 0
+    for comp in module.computations:
+        for inst in comp.instructions:
+            shape = inst.shape
+            n = sizes.get(id(shape))
+            if n is None:
+                n = sizes[id(shape)] = shape.byte_size() if shape.is_array else 0
+            if n > largest:
+                largest = n
+    return largest
 
 
 # -- reading the program ------------------------------------------------------------------------
