@@ -16,6 +16,7 @@ from hlo_spmd.collectives.groups import DeviceGrouping
 from hlo_spmd.ir.builder import Builder, IotaGroups
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.sharding.grouping import iota_replica_groups
 
 # Collective statistics are read off the output module; nothing is counted here.
@@ -32,8 +33,7 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
 # Replica groups per distinct (device grouping, logical groups): a training step asks for
 # the same few groups thousands of times, and finding the iota form is O(devices) numpy
 # work per call. Pure in the two arrays; explicit results are made read-only.
-_GROUPS: dict[tuple, "IotaGroups | np.ndarray"] = {}
-_GROUPS_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
+_GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
 def _groups_memo(grouping: np.ndarray, logical_groups: np.ndarray,
@@ -45,9 +45,7 @@ def _groups_memo(grouping: np.ndarray, logical_groups: np.ndarray,
         hit = replica_groups_for(physical(lg))
         if isinstance(hit, np.ndarray):
             hit.flags.writeable = False
-        if len(_GROUPS) >= _GROUPS_LIMIT:
-            _GROUPS.clear()
-        _GROUPS[key] = hit
+        _GROUPS.put(key, hit)
     return hit
 
 

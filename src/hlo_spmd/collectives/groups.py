@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hlo_spmd.memo import BoundedMemo
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceGrouping:
@@ -69,10 +71,8 @@ class DeviceGrouping:
         if hit is None:
             arr = self.physical(inner)
             arr.flags.writeable = False
-            if len(_SUBGROUPS) >= 1024:  # keys hold O(devices) bytes
-                _SUBGROUPS.clear()
-            hit = _SUBGROUPS[key] = DeviceGrouping(arr)
+            hit = _SUBGROUPS.put(key, DeviceGrouping(arr))
         return hit
 
 
-_SUBGROUPS: dict[tuple, DeviceGrouping] = {}
+_SUBGROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes

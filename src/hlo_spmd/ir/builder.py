@@ -40,6 +40,7 @@ from hlo_spmd.ir.primitive_types import (
 )
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.ir.shape_inference import XLA_SPELLING, array_shape, infer_shape
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def _default_element_type(value: Any) -> PrimitiveType:
 # Partitioned code asks for the same small constants (zeros, identities, offset tables)
 # thousands of times; converting to a literal is the costly part. One literal per distinct
 # (element type, bytes) of small arrays; callers copy it into their own attrs.
-_LITERALS: dict[tuple, xla_data_pb2.LiteralProto] = {}
+_LITERALS = BoundedMemo(4096)
 _LITERAL_MEMO_BYTES = 1 << 14
 
 
@@ -125,9 +126,7 @@ def _small_literal(value: Any, et: PrimitiveType) -> xla_data_pb2.LiteralProto:
     key = (int(et), arr.dtype.str, arr.shape, arr.tobytes())
     hit = _LITERALS.get(key)
     if hit is None:
-        if len(_LITERALS) >= 4096:
-            _LITERALS.clear()
-        hit = _LITERALS[key] = literal_from_numpy(arr, et)
+        hit = _LITERALS.put(key, literal_from_numpy(arr, et))
     return hit
 
 

@@ -17,6 +17,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import reshard as _reshard
 from hlo_spmd.sharding import HloSharding, tile_shape
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     pass
 
 
-_LOCAL_SHAPES: dict[tuple[Shape, HloSharding], Shape] = {}
+_LOCAL_SHAPES = BoundedMemo(1 << 15)  # (shape, sharding) -> local shape
 
 
 @dataclass
@@ -138,10 +139,7 @@ class PartitionContext:
         key = (shape, sharding)
         hit = _LOCAL_SHAPES.get(key)
         if hit is None:
-            hit = shape.with_dims(tile_shape(sharding, shape.dims))
-            if len(_LOCAL_SHAPES) >= 1 << 15:
-                _LOCAL_SHAPES.clear()
-            _LOCAL_SHAPES[key] = hit
+            hit = _LOCAL_SHAPES.put(key, shape.with_dims(tile_shape(sharding, shape.dims)))
         return hit
 
     def sharding_of(self, inst: Instruction) -> HloSharding:

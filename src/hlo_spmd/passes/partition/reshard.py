@@ -31,6 +31,7 @@ from hlo_spmd.collectives.cost import bytes_per_device
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding, ShardingType, device_offsets, tile_shape
@@ -135,15 +136,11 @@ def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
     key = (dims, float(itemsize), src, dst, num_devices)
     hit = _COSTS.get(key)
     if hit is None:
-        hit = _reshard_cost(dims, itemsize, src, dst, num_devices)
-        if len(_COSTS) >= _COSTS_LIMIT:
-            _COSTS.clear()
-        _COSTS[key] = hit
+        hit = _COSTS.put(key, _reshard_cost(dims, itemsize, src, dst, num_devices))
     return hit
 
 
-_COSTS: dict[tuple, float] = {}
-_COSTS_LIMIT = 1 << 15
+_COSTS = BoundedMemo(1 << 15)
 
 
 def _reshard_cost(dims: tuple[int, ...], itemsize: float, src: HloSharding,

@@ -40,6 +40,7 @@ import numpy as np
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
@@ -89,7 +90,7 @@ class Layout:
 # One device table per distinct (sharding, device count, rank): the dot planner and the
 # routes ask for the same few layouts thousands of times. The cached arrays are made
 # read-only (every transform copies before it writes).
-_LAYOUTS: dict[tuple[HloSharding, int, int], "Layout | None"] = {}
+_LAYOUTS = BoundedMemo(4096)  # (sharding, devices, rank) -> Layout or None
 
 
 def layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
@@ -102,10 +103,7 @@ def layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     lay = _layout_of(s, num_devices, rank)
     if lay is not None:
         lay.coords.flags.writeable = False
-    if len(_LAYOUTS) > 4096:
-        _LAYOUTS.clear()
-    _LAYOUTS[key] = lay
-    return lay
+    return _LAYOUTS.put(key, lay)
 
 
 def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
@@ -199,7 +197,7 @@ def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.nda
 
 # Device groups of a step per distinct (step, layout): every layer of a model emits the
 # same reshards, and the groups are O(devices) numpy work (np.unique, lexsort) per call.
-_STEP_GROUPS: dict[tuple, "np.ndarray | None"] = {}
+_STEP_GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
 def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
@@ -209,10 +207,7 @@ def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
     out = make(lay)
     if out is not None:
         out.flags.writeable = False
-    if len(_STEP_GROUPS) >= 1024:  # keys hold O(devices) bytes: bounded memory
-        _STEP_GROUPS.clear()
-    _STEP_GROUPS[key] = out
-    return out
+    return _STEP_GROUPS.put(key, out)
 
 
 # -- steps -----------------------------------------------------------------------------------
@@ -231,7 +226,7 @@ class Step:
 
 
 # Slice offsets per distinct (layout, target layout, dims); see Slice._offsets.
-_OFFSETS: dict[tuple, "tuple[np.ndarray, np.ndarray, np.ndarray] | None"] = {}
+_OFFSETS = BoundedMemo(4096)
 
 
 @dataclass(eq=False, repr=False)
@@ -251,10 +246,7 @@ class Slice(Step):
         if out is not None:
             for a in out:
                 a.flags.writeable = False
-        if len(_OFFSETS) > 4096:
-            _OFFSETS.clear()
-        _OFFSETS[key] = out
-        return out
+        return _OFFSETS.put(key, out)
 
     def _offsets_uncached(self, lay: Layout, dims):
         d = np.asarray(dims, np.int64)
@@ -800,8 +792,7 @@ def _orderings(moves: tuple[tuple[int, int, int], ...]):
             yield perm
 
 
-_PLAN_CACHE: dict[tuple, tuple[Plan | None, Plan]] = {}
-_PLAN_CACHE_LIMIT = 4096
+_PLAN_CACHE = BoundedMemo(4096)
 
 
 def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
@@ -815,11 +806,7 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
     hit = _PLAN_CACHE.get(key)
     if hit is not None:
         return hit
-    out = _plan_reshard(src, dst, dims, float(itemsize))
-    if len(_PLAN_CACHE) >= _PLAN_CACHE_LIMIT:
-        _PLAN_CACHE.clear()
-    _PLAN_CACHE[key] = out
-    return out
+    return _PLAN_CACHE.put(key, _plan_reshard(src, dst, dims, float(itemsize)))
 
 
 def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
@@ -927,14 +914,10 @@ def chosen_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: Hlo
     key = (dims, float(itemsize), src, dst, num_devices)
     if key in _CHOSEN:
         return _CHOSEN[key]
-    out = _chosen_plan(dims, itemsize, src, dst, num_devices)
-    if len(_CHOSEN) >= _PLAN_CACHE_LIMIT:
-        _CHOSEN.clear()
-    _CHOSEN[key] = out
-    return out
+    return _CHOSEN.put(key, _chosen_plan(dims, itemsize, src, dst, num_devices))
 
 
-_CHOSEN: dict[tuple, "Plan | None"] = {}
+_CHOSEN = BoundedMemo(4096)
 
 
 def _chosen_plan(dims: tuple[int, ...], itemsize: float, src: HloSharding,

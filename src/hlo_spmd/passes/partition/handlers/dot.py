@@ -24,6 +24,7 @@ import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
 from hlo_spmd.passes.partition.handlers.common import emit_like
@@ -205,13 +206,11 @@ def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
         # text holds sharding strings). The entry keeps the plan, so its id stays unique.
         got = _DESCRIBED.get(id(plan))
         if got is None or got[0] is not plan:
-            if len(_DESCRIBED) >= 4096:
-                _DESCRIBED.clear()
-            got = _DESCRIBED[id(plan)] = (plan, plan.describe())
+            got = _DESCRIBED.put(id(plan), (plan, plan.describe()))
         plans[inst.name] = got[1]
 
 
-_DESCRIBED: dict[int, tuple[Plan, str]] = {}
+_DESCRIBED = BoundedMemo(4096)  # id(plan) -> (plan, description): the plan stays alive
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.sharding import (GroupedSharding, HloSharding, ShardingType, compact,
                                group_by_dims, sharding_from_tile_indices, tile_coords,
                                ungroup)
@@ -57,16 +58,8 @@ def _tile_array(s: HloSharding, rank: int) -> np.ndarray:
 # The planner derives the same few shardings from device arrays over and over (every
 # candidate of every sub-problem): one canonicalisation per distinct array, and one
 # regrouping per distinct (sharding, groups, dims). Both are pure in immutable values.
-_FROM_ARRAY: dict[tuple, HloSharding] = {}
-_REGROUP: dict[tuple, "HloSharding | None"] = {}
-_MEMO_LIMIT = 1024  # keys hold O(devices) bytes: bounded memory
-
-
-def _remember(memo: dict, key: tuple, value):
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
-    return value
+_FROM_ARRAY = BoundedMemo(1024)  # keys hold O(devices) bytes
+_REGROUP = BoundedMemo(1024)
 
 
 def _from_array(arr: np.ndarray) -> HloSharding:
@@ -77,7 +70,7 @@ def _from_array(arr: np.ndarray) -> HloSharding:
     key = (arr.shape, arr.dtype.str, arr.tobytes())
     hit = _FROM_ARRAY.get(key)
     if hit is None:
-        hit = _remember(_FROM_ARRAY, key, compact(HloSharding.partial_tile(arr)))
+        hit = _FROM_ARRAY.put(key, compact(HloSharding.partial_tile(arr)))
     return hit
 
 
@@ -172,7 +165,7 @@ def regroup(s: HloSharding, rank: int, groups: np.ndarray, x_dims: Sequence[int]
            None if x_dims is None else tuple(x_dims), tuple(int(z) for z in sizes))
     if key in _REGROUP:
         return _REGROUP[key]
-    return _remember(_REGROUP, key, _regroup(s, rank, groups, x_dims, sizes))
+    return _REGROUP.put(key, _regroup(s, rank, groups, x_dims, sizes))
 
 
 def _regroup(s: HloSharding, rank: int, groups: np.ndarray, x_dims: Sequence[int] | None,

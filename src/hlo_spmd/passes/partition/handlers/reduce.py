@@ -39,6 +39,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like, memoised
@@ -101,13 +102,11 @@ def _is_constant_equal(inst: Instruction, value) -> bool:
     key = (inst.attrs.literal.SerializeToString(deterministic=True), v.dtype.str, v.tobytes())
     hit = _CONSTANT_EQUAL.get(key)
     if hit is None:
-        hit = _CONSTANT_EQUAL[key] = _literal_equal(inst.attrs.literal, v)
-        if len(_CONSTANT_EQUAL) > 4096:
-            _CONSTANT_EQUAL.clear()
+        hit = _CONSTANT_EQUAL.put(key, _literal_equal(inst.attrs.literal, v))
     return hit
 
 
-_CONSTANT_EQUAL: dict[tuple, bool] = {}
+_CONSTANT_EQUAL = BoundedMemo(4096)
 
 
 def _literal_equal(literal, value: np.ndarray) -> bool:
