@@ -542,6 +542,11 @@ class Propagator:
                 clear_cache(h)
 
         boundaries = self.boundaries
+        provided = self.provided
+        unspecified = self.unspecified
+        unchanged = self.unchanged
+        forward = unchanged.forward
+        backward = unchanged.backward
         iterations = 0
         changed_last = True
         while changed_last:
@@ -549,6 +554,7 @@ class Propagator:
             self.rec.iteration = self.iterations
             for comp in graph.computations:
                 order = graph.post_orders[comp.name]
+                keyed, keyed_reversed = graph.keyed_orders[comp.name]
                 if self.groups:
                     self.direction = "shard-group"
                     for inst in order:
@@ -569,14 +575,13 @@ class Propagator:
                             after_change(inst)
                             changed_last = True
                 self.direction = "forward"
-                for inst in order:
-                    key = id(inst)
+                for key, inst in keyed:
                     if key in done_ops:
                         continue
-                    if key in self.provided:
-                        if not may_combine or key not in self.unspecified:
+                    if key in provided:
+                        if not may_combine or key not in unspecified:
                             continue
-                        ok, conv = unspec.from_operand(self, inst, self.unspecified[key])
+                        ok, conv = unspec.from_operand(self, inst, unspecified[key])
                         if ok:
                             clear_cache(inst, conv)
                             done_ops.add(key)
@@ -588,22 +593,21 @@ class Propagator:
                         flagged_fw.discard(key)
                     elif key not in lookahead:
                         continue
-                    if self.unchanged.forward(inst):
+                    if forward(inst):
                         after_change(inst)
                         changed_last = True
-                if self.unchanged.check:
-                    self.unchanged.check_unflagged(order, FW, dirty)
+                if unchanged.check:
+                    unchanged.check_unflagged(order, FW, dirty)
                 self.direction = "backward"
-                for inst in reversed(order):
-                    key = id(inst)
+                for key, inst in keyed_reversed:
                     if key in boundaries and key not in done_users:
                         done_users.discard(id(inst.operands[0]))
                     if key in done_users:
                         continue
-                    if key in self.provided:
-                        if not may_combine or key not in self.unspecified:
+                    if key in provided:
+                        if not may_combine or key not in unspecified:
                             continue
-                        ok, conv = unspec.from_users(self, inst, self.unspecified[key], level)
+                        ok, conv = unspec.from_users(self, inst, unspecified[key], level)
                         if ok:
                             clear_cache(inst, conv)
                             done_users.add(key)
@@ -615,11 +619,11 @@ class Propagator:
                     if key not in flagged_bw:
                         continue
                     flagged_bw.discard(key)
-                    if self.unchanged.backward(inst):
+                    if backward(inst):
                         after_change(inst)
                         changed_last = True
-                if self.unchanged.check:
-                    self.unchanged.check_unflagged(order, BW, dirty)
+                if unchanged.check:
+                    unchanged.check_unflagged(order, BW, dirty)
             self.iterations += 1
             iterations += 1
         self.level_iterations.append(iterations)
