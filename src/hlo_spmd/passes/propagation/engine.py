@@ -12,6 +12,8 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
+from typing import Any
+
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
@@ -85,6 +87,7 @@ class Propagator:
         self.dirty = DirtySet(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
+        self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
         self._user_rule: dict[int, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
@@ -251,18 +254,26 @@ class Propagator:
         return False
 
     # -- forward / backward inference ---------------------------------------------------------
+    def _forward_facts(self, inst: Instruction) -> tuple[int, str, bool, Any]:
+        """What ``infer_from_operands`` reads of ``inst`` that never changes during a run:
+        its minimum level, opcode, whether a manual operand makes it manual, its rule."""
+        op = g.opcode(inst)
+        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
+        manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
+                     or tuple_cc)
+        facts = (self.min_level(inst), op, manual_ok, fw.FORWARD_RULES.get(op, fw.default_rule))
+        self._fw_facts[id(inst)] = facts
+        return facts
+
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        ml = self.min_level(inst)
+        ml, op, manual_ok, rule = self._fw_facts.get(id(inst)) or self._forward_facts(inst)
         if ml and not self.at_least(ml):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
-        op = g.opcode(inst)
-        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
-        if (s is None or s.is_tile_maximal) and (
-                inst.shape.is_array or op in ("reduce", "sort", "reduce-window") or tuple_cc):
+        if manual_ok and (s is None or s.is_tile_maximal):
             for o in inst.operands:
                 if o.sharding is None or not o.sharding.is_manual:
                     continue
@@ -275,7 +286,7 @@ class Propagator:
                 return True
         if not self.supports_spatial(inst, self.to_output, False):
             return fw.unsupported_rule(self, inst)
-        return fw.FORWARD_RULES.get(op, fw.default_rule)(self, inst)
+        return rule(self, inst)
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
