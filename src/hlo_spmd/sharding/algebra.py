@@ -730,7 +730,9 @@ def is_spatially_partitioned(sharding: HloSharding | None) -> bool:
         return False
     if sharding.is_tuple:
         return any(is_spatially_partitioned(e) for e in sharding.tuple_elements)
-    return not sharding.is_tile_maximal or sharding.is_replicated
+    # A leaf: not tile-maximal, or replicated; i.e. anything but maximal (asked per rule
+    # run, so read the kind once).
+    return sharding.kind != "maximal"
 
 
 @_memoised
