@@ -88,6 +88,7 @@ class Propagator:
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
         self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
+        self._bw_facts: dict[int, tuple[bool, list[Instruction], tuple[bool, ...]]] = {}
         self._user_rule: dict[int, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
@@ -288,15 +289,24 @@ class Propagator:
             return fw.unsupported_rule(self, inst)
         return rule(self, inst)
 
+    def _backward_facts(self, inst: Instruction
+                        ) -> tuple[bool, list[Instruction], tuple[bool, ...]]:
+        """What ``infer_from_users`` reads of ``inst`` that never changes during a run:
+        whether it is a broadcast, its users, and which of them are rng-bit-generators."""
+        users = self.graph.users_of(inst)
+        facts = (g.opcode(inst) == "broadcast", users,
+                 tuple(g.opcode(u) == "rng-bit-generator" for u in users))
+        self._bw_facts[id(inst)] = facts
+        return facts
+
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        op = g.opcode(inst)
-        if op == "broadcast" and not self.at_least(2):
+        is_broadcast, users, is_rng = self._bw_facts.get(id(inst)) or self._backward_facts(inst)
+        if is_broadcast and not self.at_least(2):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
-        users = self.graph.users_of(inst)
         # What each user gave in the manual check, reused below while ``inst``'s own
         # sharding (all that changes in between) is still the one it was computed with.
         asked: dict[int, HloSharding | None] = {}
@@ -317,7 +327,7 @@ class Propagator:
             return False
         changed = False
         for k, user in enumerate(users):
-            if g.opcode(user) == "rng-bit-generator":
+            if is_rng[k]:
                 rep = ops.single_tuple(inst.shape, HloSharding.replicate())
                 if inst.sharding != rep:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
