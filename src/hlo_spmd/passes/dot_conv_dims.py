@@ -263,12 +263,29 @@ class DotDims:
         return float(math.prod(self.iter_sizes(lhs, rhs)))
 
 
+# DotDims per pure key (the four dimension-number lists and the two operand ranks): the
+# result depends on nothing else and is immutable (its cached properties are pure too), so
+# the repeated layers of a model share one value instead of re-deriving it per dot.
+_DOT_DIMS: dict[tuple, DotDims] = {}
+
+
 def parse_dot(inst: Instruction) -> DotDims:
     """ParseDotGeneralFromDot: output = batch dims, then lhs then rhs free dims."""
     dn = inst.attrs.dot_dimension_numbers
-    lb, rb = list(dn.lhs_batch_dimensions), list(dn.rhs_batch_dimensions)
-    lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
+    lb, rb = tuple(dn.lhs_batch_dimensions), tuple(dn.rhs_batch_dimensions)
+    lc, rc = tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)
     lrank, rrank = inst.operands[0].shape.rank, inst.operands[1].shape.rank
+    key = (lb, rb, lc, rc, lrank, rrank)
+    d = _DOT_DIMS.get(key)
+    if d is None:
+        if len(_DOT_DIMS) > 4096:  # bound it for long-lived processes
+            _DOT_DIMS.clear()
+        d = _DOT_DIMS[key] = _parse_dot(lb, rb, lc, rc, lrank, rrank)
+    return d
+
+
+def _parse_dot(lb: tuple[int, ...], rb: tuple[int, ...], lc: tuple[int, ...],
+               rc: tuple[int, ...], lrank: int, rrank: int) -> DotDims:
     batch = tuple(DimNums(l, r, i) for i, (l, r) in enumerate(zip(lb, rb)))
     contracting = tuple(DimNums(l, r, -1) for l, r in zip(lc, rc))
     lhs_free = [d for d in range(lrank) if d not in lb and d not in lc]

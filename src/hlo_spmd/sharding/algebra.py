@@ -693,12 +693,22 @@ def merge_sharding(to_merge: HloSharding, dst: HloSharding,
             changed |= ok
             out.append(new)
         return changed, HloSharding.tuple(out)
+    ok, merged = _merge_leaf(to_merge, dst, bool(may_combine_partial_sharding))
+    return ok, dst if merged is None else merged
+
+
+@_memoised
+def _merge_leaf(to_merge: HloSharding, dst: HloSharding,
+                may_combine_partial_sharding: bool) -> tuple[bool, HloSharding | None]:
+    """``merge_sharding`` of two leaves (None: ``dst`` itself, returned by the caller so
+    that the very object passed in comes back); memoised, as the repeated layers of a
+    model merge the same pairs."""
     if (may_combine_partial_sharding and to_merge.has_partial_replication
             and dst.has_partial_replication and to_merge.num_devices == dst.num_devices):
         merged = merge_if_compatible(to_merge, dst, max(to_merge.num_tiles, dst.num_tiles) + 1)
         if merged is not None:
             return True, merged
-    return is_finer(dst, to_merge), dst
+    return is_finer(dst, to_merge), None
 
 
 def improve_sharding(existing: HloSharding | None, candidate: HloSharding,
@@ -730,7 +740,9 @@ def is_spatially_partitioned(sharding: HloSharding | None) -> bool:
         return False
     if sharding.is_tuple:
         return any(is_spatially_partitioned(e) for e in sharding.tuple_elements)
-    return not sharding.is_tile_maximal or sharding.is_replicated
+    # A leaf: not tile-maximal, or replicated; i.e. anything but maximal (asked per rule
+    # run, so read the kind once).
+    return sharding.kind != "maximal"
 
 
 @_memoised

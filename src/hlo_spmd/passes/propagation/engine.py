@@ -12,6 +12,8 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
+from typing import Any
+
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
@@ -85,6 +87,8 @@ class Propagator:
         self.dirty = DirtySet(self)
         self._spatial: dict[tuple[int, bool, bool], bool] = {}
         self._min_level: dict[int, int] = {}
+        self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
+        self._bw_facts: dict[int, tuple[bool, list[Instruction], tuple[bool, ...]]] = {}
         self._user_rule: dict[int, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
@@ -251,18 +255,26 @@ class Propagator:
         return False
 
     # -- forward / backward inference ---------------------------------------------------------
+    def _forward_facts(self, inst: Instruction) -> tuple[int, str, bool, Any]:
+        """What ``infer_from_operands`` reads of ``inst`` that never changes during a run:
+        its minimum level, opcode, whether a manual operand makes it manual, its rule."""
+        op = g.opcode(inst)
+        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
+        manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
+                     or tuple_cc)
+        facts = (self.min_level(inst), op, manual_ok, fw.FORWARD_RULES.get(op, fw.default_rule))
+        self._fw_facts[id(inst)] = facts
+        return facts
+
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        ml = self.min_level(inst)
+        ml, op, manual_ok, rule = self._fw_facts.get(id(inst)) or self._forward_facts(inst)
         if ml and not self.at_least(ml):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
-        op = g.opcode(inst)
-        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
-        if (s is None or s.is_tile_maximal) and (
-                inst.shape.is_array or op in ("reduce", "sort", "reduce-window") or tuple_cc):
+        if manual_ok and (s is None or s.is_tile_maximal):
             for o in inst.operands:
                 if o.sharding is None or not o.sharding.is_manual:
                     continue
@@ -275,17 +287,26 @@ class Propagator:
                 return True
         if not self.supports_spatial(inst, self.to_output, False):
             return fw.unsupported_rule(self, inst)
-        return fw.FORWARD_RULES.get(op, fw.default_rule)(self, inst)
+        return rule(self, inst)
+
+    def _backward_facts(self, inst: Instruction
+                        ) -> tuple[bool, list[Instruction], tuple[bool, ...]]:
+        """What ``infer_from_users`` reads of ``inst`` that never changes during a run:
+        whether it is a broadcast, its users, and which of them are rng-bit-generators."""
+        users = self.graph.users_of(inst)
+        facts = (g.opcode(inst) == "broadcast", users,
+                 tuple(g.opcode(u) == "rng-bit-generator" for u in users))
+        self._bw_facts[id(inst)] = facts
+        return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        op = g.opcode(inst)
-        if op == "broadcast" and not self.at_least(2):
+        is_broadcast, users, is_rng = self._bw_facts.get(id(inst)) or self._backward_facts(inst)
+        if is_broadcast and not self.at_least(2):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
-        users = self.graph.users_of(inst)
         # What each user gave in the manual check, reused below while ``inst``'s own
         # sharding (all that changes in between) is still the one it was computed with.
         asked: dict[int, HloSharding | None] = {}
@@ -306,7 +327,7 @@ class Propagator:
             return False
         changed = False
         for k, user in enumerate(users):
-            if g.opcode(user) == "rng-bit-generator":
+            if is_rng[k]:
                 rep = ops.single_tuple(inst.shape, HloSharding.replicate())
                 if inst.sharding != rep:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
@@ -542,6 +563,11 @@ class Propagator:
                 clear_cache(h)
 
         boundaries = self.boundaries
+        provided = self.provided
+        unspecified = self.unspecified
+        unchanged = self.unchanged
+        forward = unchanged.forward
+        backward = unchanged.backward
         iterations = 0
         changed_last = True
         while changed_last:
@@ -549,6 +575,7 @@ class Propagator:
             self.rec.iteration = self.iterations
             for comp in graph.computations:
                 order = graph.post_orders[comp.name]
+                keyed, keyed_reversed = graph.keyed_orders[comp.name]
                 if self.groups:
                     self.direction = "shard-group"
                     for inst in order:
@@ -569,14 +596,13 @@ class Propagator:
                             after_change(inst)
                             changed_last = True
                 self.direction = "forward"
-                for inst in order:
-                    key = id(inst)
+                for key, inst in keyed:
                     if key in done_ops:
                         continue
-                    if key in self.provided:
-                        if not may_combine or key not in self.unspecified:
+                    if key in provided:
+                        if not may_combine or key not in unspecified:
                             continue
-                        ok, conv = unspec.from_operand(self, inst, self.unspecified[key])
+                        ok, conv = unspec.from_operand(self, inst, unspecified[key])
                         if ok:
                             clear_cache(inst, conv)
                             done_ops.add(key)
@@ -588,22 +614,21 @@ class Propagator:
                         flagged_fw.discard(key)
                     elif key not in lookahead:
                         continue
-                    if self.unchanged.forward(inst):
+                    if forward(inst):
                         after_change(inst)
                         changed_last = True
-                if self.unchanged.check:
-                    self.unchanged.check_unflagged(order, FW, dirty)
+                if unchanged.check:
+                    unchanged.check_unflagged(order, FW, dirty)
                 self.direction = "backward"
-                for inst in reversed(order):
-                    key = id(inst)
+                for key, inst in keyed_reversed:
                     if key in boundaries and key not in done_users:
                         done_users.discard(id(inst.operands[0]))
                     if key in done_users:
                         continue
-                    if key in self.provided:
-                        if not may_combine or key not in self.unspecified:
+                    if key in provided:
+                        if not may_combine or key not in unspecified:
                             continue
-                        ok, conv = unspec.from_users(self, inst, self.unspecified[key], level)
+                        ok, conv = unspec.from_users(self, inst, unspecified[key], level)
                         if ok:
                             clear_cache(inst, conv)
                             done_users.add(key)
@@ -615,11 +640,11 @@ class Propagator:
                     if key not in flagged_bw:
                         continue
                     flagged_bw.discard(key)
-                    if self.unchanged.backward(inst):
+                    if backward(inst):
                         after_change(inst)
                         changed_last = True
-                if self.unchanged.check:
-                    self.unchanged.check_unflagged(order, BW, dirty)
+                if unchanged.check:
+                    unchanged.check_unflagged(order, BW, dirty)
             self.iterations += 1
             iterations += 1
         self.level_iterations.append(iterations)

@@ -159,11 +159,18 @@ class Graph:
         self.module = module
         self.computations: list[Computation] = list(module.computations)
         self.post_orders: dict[str, list[Instruction]] = {}
+        # Per computation, the post order as (id, instruction) pairs, forward and
+        # reversed: the fix point visits every instruction per sweep and keys its caches
+        # by id, so the ids are taken once here instead of once per visit.
+        self.keyed_orders: dict[str, tuple[list[tuple[int, Instruction]],
+                                           list[tuple[int, Instruction]]]] = {}
         self.users: dict[int, list[Instruction]] = {}
         self.callers_of: dict[int, list[Instruction]] = {}
         for comp in self.computations:
             order = post_order(comp)
             self.post_orders[comp.name] = order
+            pairs = [(id(i), i) for i in order]
+            self.keyed_orders[comp.name] = (pairs, pairs[::-1])
             for inst in _list_order(comp):
                 self.users.setdefault(id(inst), [])
                 seen: set[int] = set()
