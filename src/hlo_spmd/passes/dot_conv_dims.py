@@ -28,6 +28,7 @@ from functools import cached_property
 from typing import Sequence
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.memo import BoundedMemo
 
 BATCH, LHS_NC, RHS_NC, CONTRACTING = "batch", "lhs_nc", "rhs_nc", "contracting"
 KINDS = (BATCH, LHS_NC, RHS_NC, CONTRACTING)
@@ -266,7 +267,7 @@ class DotDims:
 # DotDims per pure key (the four dimension-number lists and the two operand ranks): the
 # result depends on nothing else and is immutable (its cached properties are pure too), so
 # the repeated layers of a model share one value instead of re-deriving it per dot.
-_DOT_DIMS: dict[tuple, DotDims] = {}
+_DOT_DIMS = BoundedMemo(4096)
 
 
 def parse_dot(inst: Instruction) -> DotDims:
@@ -278,9 +279,7 @@ def parse_dot(inst: Instruction) -> DotDims:
     key = (lb, rb, lc, rc, lrank, rrank)
     d = _DOT_DIMS.get(key)
     if d is None:
-        if len(_DOT_DIMS) > 4096:  # bound it for long-lived processes
-            _DOT_DIMS.clear()
-        d = _DOT_DIMS[key] = _parse_dot(lb, rb, lc, rc, lrank, rrank)
+        d = _DOT_DIMS.put(key, _parse_dot(lb, rb, lc, rc, lrank, rrank))
     return d
 
 

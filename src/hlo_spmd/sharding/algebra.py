@@ -46,7 +46,7 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _memoised(fn: _F) -> _F:
+def memoised(fn: _F) -> _F:
     """Memoise a sharding map on its positional arguments (dims become tuples).
 
     Propagation asks for the same few maps over and over.  Metadata is part of the
@@ -211,7 +211,7 @@ def device_offsets(sharding: HloSharding, dims: Sequence[int],
 
 
 # -- sharding -> sharding maps -------------------------------------------------
-@_memoised
+@memoised
 def transpose_sharding(sharding: HloSharding, perm: Sequence[int]) -> HloSharding:
     """Sharding of ``transpose(x, perm)`` given x's sharding (XLA's TransposeSharding).
 
@@ -235,7 +235,7 @@ def transpose_sharding(sharding: HloSharding, perm: Sequence[int]) -> HloShardin
     return compact(HloSharding._subgroup_impl(new_ta, types, sharding.metadata))
 
 
-@_memoised
+@memoised
 def partial_replicate(sharding: HloSharding, dims_to_replicate: Sequence[int]) -> HloSharding:
     """Stop tiling the given data dims; their devices join the replication group.
 
@@ -313,7 +313,7 @@ def reverse_sharding(sharding: HloSharding, dims: Sequence[int]) -> HloSharding:
     return compact(with_tile_assignment(sharding, TileAssignment.from_array(arr)))
 
 
-@_memoised
+@memoised
 def reshape_sharding(sharding: HloSharding, in_dims: Sequence[int],
                      out_dims: Sequence[int]) -> HloSharding | None:
     """Sharding of ``reshape(x, out_dims)`` in which every device keeps its elements, or None.
@@ -435,7 +435,7 @@ def _carry_tiles(src: tuple[int, ...], tgt: tuple[int, ...],
     return out, to_replicate
 
 
-@_memoised
+@memoised
 def propagate_through_reshape(sharding: HloSharding, in_dims: Sequence[int],
                               out_dims: Sequence[int]) -> HloSharding:
     """Best sharding for ``reshape(x, out_dims)`` that keeps data in place, as XLA picks it.
@@ -534,7 +534,7 @@ def _indices_by_device(s: HloSharding, total: int) -> tuple[np.ndarray, np.ndarr
     return out, present
 
 
-@_memoised
+@memoised
 def merge_compatible(a: HloSharding, b: HloSharding,
                      minimum_tiles: int | None = None) -> HloSharding | None:
     """Finest sharding whose every device holds the intersection of a's and b's tiles.
@@ -697,7 +697,7 @@ def merge_sharding(to_merge: HloSharding, dst: HloSharding,
     return ok, dst if merged is None else merged
 
 
-@_memoised
+@memoised
 def _merge_leaf(to_merge: HloSharding, dst: HloSharding,
                 may_combine_partial_sharding: bool) -> tuple[bool, HloSharding | None]:
     """``merge_sharding`` of two leaves (None: ``dst`` itself, returned by the caller so
@@ -745,7 +745,7 @@ def is_spatially_partitioned(sharding: HloSharding | None) -> bool:
     return sharding.kind != "maximal"
 
 
-@_memoised
+@memoised
 def is_subtiling(a: HloSharding, b: HloSharding, dims: Sequence[int]) -> bool:
     """True if every device's real elements under ``a`` lie within those under ``b``.
 

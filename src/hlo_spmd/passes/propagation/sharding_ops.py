@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.sharding import (HloSharding, merge_if_compatible, partial_replicate_all_except,
                                transpose_sharding, with_tile_assignment)
 
@@ -206,7 +207,7 @@ def required_leaves(shape: Shape) -> int:
 # Leaf offsets per tuple shape, keyed by identity (shapes are immutable; the entry keeps
 # the shape alive so its id cannot be reused): a wide tuple (a training step's root has
 # hundreds of elements) would otherwise be re-counted for every element it is asked about.
-_OFFSETS: dict[int, tuple[Shape, tuple[int, ...]]] = {}
+_OFFSETS = BoundedMemo(4096)  # id(shape) -> (shape, offsets)
 
 
 def _leaf_offsets(shape: Shape) -> tuple[int, ...]:
@@ -216,10 +217,7 @@ def _leaf_offsets(shape: Shape) -> tuple[int, ...]:
     offsets = [0]
     for sub in shape.tuple_shapes:
         offsets.append(offsets[-1] + leaf_count(sub))
-    if len(_OFFSETS) > 4096:
-        _OFFSETS.clear()
-    _OFFSETS[id(shape)] = (shape, tuple(offsets))
-    return _OFFSETS[id(shape)][1]
+    return _OFFSETS.put(id(shape), (shape, tuple(offsets)))[1]
 
 
 def leaf_range(shape: Shape, index: int) -> tuple[int, int]:

@@ -9,7 +9,6 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.proto import hlo_pb2
 # The one memoiser of pure sharding maps (positional shardings, with their metadata, and
 # int sequences as the key): handlers ask for the same few maps in every layer.
-from hlo_spmd.sharding.algebra import _memoised as memoised  # noqa: F401
 
 
 def copy_attrs(inst: Instruction) -> hlo_pb2.HloInstructionProto:

@@ -42,12 +42,13 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like, memoised
+from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding, TileAssignment, device_offsets, partial_replicate
+from hlo_spmd.sharding.algebra import memoised
 
 PT = PrimitiveType
 

@@ -14,7 +14,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like, memoised
+from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table, to_sharding)
@@ -23,6 +23,7 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import (HloSharding, device_offsets, partial_replicate,
                                partial_replicate_all_except, reshape_sharding, tile_shape,
                                transpose_sharding)
+from hlo_spmd.sharding.algebra import memoised
 
 S32 = PrimitiveType.S32
 REPLICATED = HloSharding.replicate()
