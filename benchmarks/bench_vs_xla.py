@@ -211,16 +211,29 @@ def _med(xs):
 
 
 def measure(label: str, src: Path, n: int, repeat: int, xla: bool) -> dict:
-    row = {"module": label, "file": src.name, "devices": n, "instructions": count(src),
-           "xla": [], "process": [], "rss_mb": [], "stages": []}
+    return measure_interleaved([(label, src, n)], repeat, xla)[0]
+
+
+def measure_interleaved(specs: list[tuple[str, Path, int]], repeat: int,
+                        xla: bool) -> list[dict]:
+    """One row per (label, module, devices). Repeats go round the rows (a, b, a, b, ...),
+    so a ratio between rows is taken under the same drift of the machine's load."""
+    rows = [{"module": label, "file": src.name, "devices": n, "instructions": count(src),
+             "xla": [], "process": [], "process_cpu": [], "rss_mb": [], "stages": []}
+            for label, src, n in specs]
     for _ in range(repeat):
-        if xla:
-            row["xla"].append(xla_pass_seconds(src, n))
-        wall, cpu, rss = process_run(src, n)
-        row["process"].append(wall)
-        row.setdefault("process_cpu", []).append(cpu)
-        row["rss_mb"].append(rss)
-        row["stages"].append(stage_run(src, n))
+        for row, (_, src, n) in zip(rows, specs):
+            if xla:
+                row["xla"].append(xla_pass_seconds(src, n))
+            wall, cpu, rss = process_run(src, n)
+            row["process"].append(wall)
+            row["process_cpu"].append(cpu)
+            row["rss_mb"].append(rss)
+            row["stages"].append(stage_run(src, n))
+    return [_summarise(row) for row in rows]
+
+
+def _summarise(row: dict) -> dict:
     for k in ("load", "complete", "partition", "save"):
         row[k] = _med([s[k] for s in row["stages"]])
     row["process_s"] = _med(row["process"])
@@ -271,13 +284,14 @@ def main(argv=None) -> int:
             print(fmt(r), flush=True)
     if "curve" not in skip:
         base = train_step(args.curve_layers)
-        curve = []
+        specs = []
         for n in (int(x) for x in args.meshes.split(",")):
             a, b = gen_train_step.MESHES[n]
-            r = measure(f"train step {args.curve_layers} layers, {a}x{b}", on_mesh(base, n),
-                        n, args.repeat, False)
+            specs.append((f"train step {args.curve_layers} layers, {a}x{b}",
+                          on_mesh(base, n), n))
+        curve = measure_interleaved(specs, args.repeat, False)
+        for r in curve:
             rows.append(r)
-            curve.append(r)
             print(fmt(r), flush=True)
         if len(curve) > 1:
             first = curve[0]
