@@ -76,10 +76,7 @@ def test_a_rule_reading_more_than_declared_is_caught(check_skips, monkeypatch):
         return original(p, inst) if p.level >= 2 else False
 
     monkeypatch.setitem(fw.FORWARD_RULES, "reshape", level_gated)
-    module = load_module(FIXTURES / "transformer_train_step.pb")
-    inline_calls(module)
-    with pytest.raises(HloSpmdError, match="skipped an inference"):
-        propagate(module)
+    _check_mode_fails("skipped an inference")
 
 
 def test_a_level_answer_the_memo_does_not_note_is_caught(check_skips, monkeypatch):
@@ -89,10 +86,7 @@ def test_a_level_answer_the_memo_does_not_note_is_caught(check_skips, monkeypatc
         return (self._level if level is None else level) >= k
 
     monkeypatch.setattr(engine.Propagator, "at_least", unnoted)
-    module = load_module(FIXTURES / "transformer_train_step.pb")
-    inline_calls(module)
-    with pytest.raises(HloSpmdError, match="skipped an inference"):
-        propagate(module)
+    _check_mode_fails("skipped an inference")
 
 
 def test_a_change_the_dirty_set_misses_is_caught(check_skips, monkeypatch):
@@ -107,9 +101,14 @@ def test_a_change_the_dirty_set_misses_is_caught(check_skips, monkeypatch):
             original(self, inst)
 
     monkeypatch.setattr(DirtySet, "changed", forgetful)
+    _check_mode_fails("dirty set misses")
+
+
+def _check_mode_fails(message: str) -> None:
+    """Completing the training step under check mode raises ``message``."""
     module = load_module(FIXTURES / "transformer_train_step.pb")
     inline_calls(module)
-    with pytest.raises(HloSpmdError, match="dirty set misses"):
+    with pytest.raises(HloSpmdError, match=message):
         propagate(module)
 
 
