@@ -129,7 +129,9 @@ class _Ctx:
         self.where = where
 
     def fail(self, message: str) -> "VerifierError":
-        return VerifierError(f"{self.opcode}: {message}", self.where)
+        where = self.where
+        # The verifier passes a function making the text: only a failure asks for it.
+        return VerifierError(f"{self.opcode}: {message}", where() if callable(where) else where)
 
     def array(self, i: int, what: str = "") -> Shape:
         s = self.ops[i]
@@ -1637,6 +1639,7 @@ def infer_shape(opcode: str, operand_shapes: Sequence[Shape],
     or attributes are inconsistent. See the module docstring for ``declared``."""
     rule = _RULES.get(opcode)
     if rule is None:
+        where = where() if callable(where) else where
         if opcode in ALL_OPCODES:
             raise VerifierError(f"{opcode}: no shape rule", where)
         raise VerifierError(f"unknown opcode {opcode!r}", where)
@@ -1719,8 +1722,7 @@ class InferenceMemo:
         when an inference runs)."""
         readers = _READERS.get(opcode)
         if readers is None:
-            return infer_shape(opcode, operand_shapes, attrs, called, declared,
-                               where() if callable(where) else where)
+            return infer_shape(opcode, operand_shapes, attrs, called, declared, where)
         key = (opcode, id(declared), tuple(map(id, operand_shapes)),
                tuple(map(self._signature, called)) if called else (),
                tuple([r(attrs) for r in readers]) if readers else ())
@@ -1728,7 +1730,7 @@ class InferenceMemo:
         if got is None:
             shape = infer_shape(opcode, operand_shapes,
                                 _only_fields(attrs, RULE_ATTRIBUTES[opcode]), called, declared,
-                                where() if callable(where) else where)
+                                where)
             # The key's objects are held, so their ids stay theirs while the memo lives.
             got = self._results[key] = (shape, declared, tuple(operand_shapes))
         return got[0]
