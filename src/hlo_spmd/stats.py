@@ -154,30 +154,31 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     # Only the values that own no buffer (ALIASING_OPS, while) are in ``aliases``: the
     # buffers they keep alive. Every other value is its own one buffer, which saves a
     # set per instruction (this runs on every computation the combiner rewrites).
-    aliases: dict[int, frozenset[int]] = {}
-    elements: dict[int, list[frozenset[int]]] = {}
-    last: dict[int, int] = {}
+    # Keyed by the instructions themselves (they hash by identity; cheaper than id()).
+    aliases: dict[Instruction, frozenset[Instruction]] = {}
+    elements: dict[Instruction, list[frozenset[Instruction]]] = {}
+    last: dict[Instruction, int] = {}
     own = [0] * end  # bytes each position's instruction makes
     byte_size: dict[int, int] = {}  # per shape object: many instructions share one
     for idx, inst in enumerate(order):
         opcode = inst.opcode
         if opcode == "while":  # the loop state lives in its operand's buffers
             o = inst.operands[0]
-            if id(o) in elements:
-                elements[id(inst)] = elements[id(o)]
-            aliases[id(inst)] = _buffers(o, aliases)
+            if o in elements:
+                elements[inst] = elements[o]
+            aliases[inst] = _buffers(o, aliases)
         elif opcode in ALIASING_OPS:
-            if opcode == "get-tuple-element" and id(inst.operands[0]) in elements:
-                src = elements[id(inst.operands[0])][inst.tuple_index]
+            if opcode == "get-tuple-element" and inst.operands[0] in elements:
+                src = elements[inst.operands[0]][inst.tuple_index]
             elif opcode == "add-dependency" and inst.operands:
                 src = _buffers(inst.operands[0], aliases)
             else:
                 src = frozenset().union(*(_buffers(o, aliases) for o in inst.operands))
             if opcode == "tuple":
-                elements[id(inst)] = [_buffers(o, aliases) for o in inst.operands]
-            aliases[id(inst)] = src
+                elements[inst] = [_buffers(o, aliases) for o in inst.operands]
+            aliases[inst] = src
         else:
-            last[id(inst)] = idx  # unused values die right after they are made
+            last[inst] = idx  # unused values die right after they are made
             if opcode != "parameter" or is_entry:
                 shape = inst.shape
                 n = byte_size.get(id(shape))
@@ -186,9 +187,9 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
                 own[idx] = n
         for deps in (inst.operands, inst.control_predecessors):
             for o in deps:
-                bufs = aliases.get(id(o))
+                bufs = aliases.get(o)
                 if bufs is None:
-                    last[id(o)] = idx
+                    last[o] = idx
                 else:
                     for buf in bufs:
                         last[buf] = idx
@@ -198,7 +199,7 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     freed = [0] * (end + 1)  # bytes whose last use is at each position
     for idx, inst in enumerate(order):
         if own[idx]:
-            freed[last[id(inst)]] += own[idx]
+            freed[last[inst]] += own[idx]
     live = 0
     if is_entry:  # parameters are there before the first instruction runs
         for idx, inst in enumerate(order):
@@ -221,10 +222,11 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     return peak
 
 
-def _buffers(inst: Instruction, aliases: dict[int, frozenset[int]]) -> frozenset[int]:
+def _buffers(inst: Instruction,
+             aliases: dict[Instruction, frozenset[Instruction]]) -> frozenset[Instruction]:
     """The buffers value ``inst`` keeps alive: its own, or those it aliases."""
-    bufs = aliases.get(id(inst))
-    return frozenset((id(inst),)) if bufs is None else bufs
+    bufs = aliases.get(inst)
+    return frozenset((inst,)) if bufs is None else bufs
 
 
 def computation_peak_bytes(comp: Computation, is_entry: bool) -> int:

@@ -83,21 +83,22 @@ class Computation:
                  if i.opcode in SIDE_EFFECTING or i.opcode == "parameter"]
         if self.root is not None:
             stack.append(self.root)
-        live = {id(i) for i in stack}
+        # Instructions hash by identity: a set of them, not of their id()s (cheaper).
+        live = set(stack)
         add = live.add
         push = stack.append
         while stack:
             inst = stack.pop()
             for dep in inst.operands:
-                if id(dep) not in live:
-                    add(id(dep))
+                if dep not in live:
+                    add(dep)
                     push(dep)
             for dep in inst.control_predecessors:
-                if id(dep) not in live:
-                    add(id(dep))
+                if dep not in live:
+                    add(dep)
                     push(dep)
         before = len(self.instructions)
-        self.instructions = [i for i in self.instructions if id(i) in live]
+        self.instructions = [i for i in self.instructions if i in live]
         return before - len(self.instructions)
 
     def sort_topologically(self) -> None:
@@ -105,20 +106,20 @@ class Computation:
         depth-first post-order from each instruction in program order, so an already
         ordered computation keeps its order. Each instruction's dependencies are walked
         by one iterator (linear in the edges, also for ops with many operands)."""
-        members = {id(inst) for inst in self.instructions}
+        members = set(self.instructions)  # identity sets (see remove_dead)
         order: list[Instruction] = []
-        state: set[int] = set()  # on the stack or done
+        state: set[Instruction] = set()  # on the stack or done
         append = order.append
         mark = state.add
         for start in self.instructions:
-            if id(start) in state:
+            if start in state:
                 continue
-            mark(id(start))
+            mark(start)
             deps = start.operands + start.control_predecessors if start.control_predecessors \
                 else start.operands
             # The common case, everything it reads already placed: no stack needed.
             for dep in deps:
-                if id(dep) not in state and id(dep) in members:
+                if dep not in state and dep in members:
                     break
             else:
                 append(start)
@@ -127,8 +128,8 @@ class Computation:
             while stack:
                 inst, it = stack[-1]
                 for dep in it:
-                    if id(dep) in members and id(dep) not in state:
-                        mark(id(dep))
+                    if dep in members and dep not in state:
+                        mark(dep)
                         stack.append((dep, iter(dep.operands + dep.control_predecessors)))
                         break
                 else:

@@ -97,16 +97,17 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     # ancestors: a bit per candidate collective an instruction depends on (itself
     # included). A collective joins the open group of its kind only when it depends on
     # none of the members: the members are independent.
-    ancestors: dict[int, int] = {}
+    # Keyed by the instructions themselves (they hash by identity; cheaper than id()).
+    ancestors: dict[Instruction, int] = {}
     open_groups: dict[tuple, tuple[list[Instruction], list[int]]] = {}
     groups: list[list[Instruction]] = []
     bits = 0
     for inst in order:
         anc = 0
         for o in inst.operands:
-            anc |= ancestors[id(o)]
+            anc |= ancestors[o]
         for o in inst.control_predecessors:
-            anc |= ancestors[id(o)]
+            anc |= ancestors[o]
         if _candidate(comp, inst, causes):
             key = _key(inst, causes.lookup(inst).cause)
             size = max(inst.shape.byte_size(), inst.operands[0].shape.byte_size())  # buffer
@@ -121,46 +122,45 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
             group[1][1] += size
             anc |= 1 << bits
             bits += 1
-        ancestors[id(inst)] = anc
+        ancestors[inst] = anc
     groups.extend(g for g, _ in open_groups.values())
     groups = [g for g in groups if len(g) > 1]
     if not groups:
         return False
     base = list(order)
-    position = {id(i): k for k, i in enumerate(base)}
+    position = {i: k for k, i in enumerate(base)}
     built = []
     for group in groups:
         new, reads = _emit(comp, group, causes)
-        last = max(position[id(m)] for m in group)  # users come after the last operand
+        last = max(position[m] for m in group)  # users come after the last operand
         for inst in new:
-            position[id(inst)] = last
+            position[inst] = last
         built.append((new, reads))
     comp.instructions = base
     # Who reads each member, built once: a trial rewires only those (of the base program
     # and of the groups it puts in), not a scan of the computation per trial.
     users = iter_operand_users(base + [i for new, _ in built for i in new])
-    built_ids = {id(i) for new, _ in built for i in new}  # small: the groups' new code
+    built_set = {i for new, _ in built for i in new}  # small: the groups' new code
 
     def apply(chosen: list) -> tuple[list, bool]:
         """Put the groups of ``chosen`` in; False (undo it) when that makes a cycle or
         raises the peak."""
-        reads: dict[int, Instruction] = {}
+        reads: dict[Instruction, Instruction] = {}
         added: list[Instruction] = []
         for new, r in chosen:
             reads.update(r)
             added.extend(new)
         # A reader is rewired when it is in the program: the base, or a chosen group.
-        chosen_ids = {id(i) for i in added}
+        in_chosen = set(added)
         saved = []
-        rewired: set[int] = set()
+        rewired: set[Instruction] = set()
         for member in reads:
-            for inst in users.get(member, ()):
-                if (id(inst) not in built_ids or id(inst) in chosen_ids) and \
-                        id(inst) not in rewired:
-                    rewired.add(id(inst))
+            for inst in users.get(id(member), ()):
+                if (inst not in built_set or inst in in_chosen) and inst not in rewired:
+                    rewired.add(inst)
                     saved.append((inst, inst.operands))
-                    inst.operands = [reads.get(id(o), o) for o in inst.operands]
-        kept = [i for i in base if id(i) not in reads] + added
+                    inst.operands = [reads.get(o, o) for o in inst.operands]
+        kept = [i for i in base if i not in reads] + added
         new_order = _in_order(kept, position)
         if new_order is None:
             return saved, False
@@ -206,7 +206,7 @@ def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
 
 
 def _in_order(insts: list[Instruction],
-              position: dict[int, int]) -> list[Instruction] | None:
+              position: dict[Instruction, int]) -> list[Instruction] | None:
     """A topological order of ``insts`` that follows ``position`` wherever the edges allow
     (Kahn's algorithm, the ready instruction of lowest (position, index) first); None
     when the edges make a cycle.
@@ -215,22 +215,22 @@ def _in_order(insts: list[Instruction],
     when their turn comes (the base program is in order). One that is not waits on an
     operand it lacks and enters a heap once ready; at each step the next in rank order
     and the heap's top compete, so the pick is Kahn's."""
-    members = {id(i) for i in insts}
-    ranks = [(position[id(i)], k) for k, i in enumerate(insts)]
+    members = set(insts)  # identity sets, as in combine_collectives
+    ranks = [(position[i], k) for k, i in enumerate(insts)]
     walk = sorted(range(len(insts)), key=ranks.__getitem__)
-    done: set[int] = set()
+    done: set[Instruction] = set()
 
-    def missing(inst: Instruction) -> int | None:
+    def missing(inst: Instruction) -> Instruction | None:
         """An operand (or control predecessor) of ``inst`` not placed yet."""
         for dep in inst.operands:
-            if id(dep) not in done and id(dep) in members:
-                return id(dep)
+            if dep not in done and dep in members:
+                return dep
         for dep in inst.control_predecessors:
-            if id(dep) not in done and id(dep) in members:
-                return id(dep)
+            if dep not in done and dep in members:
+                return dep
         return None
 
-    waiting: dict[int, list[int]] = {}  # id(dep) -> indices of instructions waiting on it
+    waiting: dict[Instruction, list[int]] = {}  # dep -> indices of instructions waiting on it
     ready: list[tuple[tuple[int, int], int]] = []  # (rank, index), became ready late
     out: list[Instruction] = []
     nxt = 0
@@ -248,8 +248,8 @@ def _in_order(insts: list[Instruction],
             break
         inst = insts[k]
         out.append(inst)
-        done.add(id(inst))
-        for j in waiting.pop(id(inst), ()):
+        done.add(inst)
+        for j in waiting.pop(inst, ()):
             dep = missing(insts[j])
             if dep is None:
                 heapq.heappush(ready, (ranks[j], j))
@@ -259,9 +259,9 @@ def _in_order(insts: list[Instruction],
 
 
 def _emit(comp: Computation, members: list[Instruction],
-          causes) -> tuple[list[Instruction], dict[int, Instruction]]:
+          causes) -> tuple[list[Instruction], dict[Instruction, Instruction]]:
     """One collective over one buffer holding every member's operand, and per member the
-    value that takes over its uses (id(member) -> it); returns (new instructions, map).
+    value that takes over its uses (member -> it); returns (new instructions, map).
 
     The buffer is rank 2, ``[g, n]`` with the group axis first (1 for all-reduce and
     all-gather operands), so each member is one column block: an all-gather of rows
@@ -308,7 +308,7 @@ def _emit(comp: Computation, members: list[Instruction],
         combined.attrs.metadata.CopyFrom(first.attrs.metadata)
     causes.inherit(combined, first)
     out_rows = combined.shape.dims[0]
-    reads: dict[int, Instruction] = {}
+    reads: dict[Instruction, Instruction] = {}
     offset = 0
     for m, width in zip(members, widths):
         part = combined
@@ -322,7 +322,7 @@ def _emit(comp: Computation, members: list[Instruction],
             if d:
                 perm = list(range(1, d + 1)) + [0] + list(range(d + 1, len(src) + 1))
                 part = b.transpose(part, perm)
-        reads[id(m)] = _reshape(b, part, list(m.shape.dims))
+        reads[m] = _reshape(b, part, list(m.shape.dims))
     return comp.instructions[start:], reads
 
 
