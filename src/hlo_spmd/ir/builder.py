@@ -282,19 +282,30 @@ class Builder:
         """Append any instruction; the shape comes from ``infer_shape``."""
         opcode = XLA_SPELLING.get(opcode, opcode)
         operands = list(operands)
+        comp = self.computation
+        for o in operands:  # one test per operand on the path every handler takes
+            if o.__class__ is not Instruction or o.parent is not comp:
+                self._bad_operands(opcode, operands)
+        if attrs is None:
+            attrs = hlo_pb2.HloInstructionProto()
+        if self.metadata is not None and not attrs.HasField("metadata"):
+            attrs.metadata.CopyFrom(self.metadata)
+        shape = infer_shape(opcode, [o.shape for o in operands], attrs, called, declared,
+                            where=self._where)
+        inst = Instruction(opcode, shape, operands, attrs=attrs, called_computations=called)
+        return comp.add(inst, name or opcode)
+
+    def _where(self) -> str:
+        """Where an inference failure happened (made only when one does)."""
+        return f"computation {self.computation.name}"
+
+    def _bad_operands(self, opcode: str, operands: list) -> None:
         for i, o in enumerate(operands):
             if not isinstance(o, Instruction):
                 raise TypeError(f"{opcode}: operand {i} is {type(o).__name__}, not an Instruction")
             if o.parent is not self.computation:
                 raise VerifierError(f"{opcode}: operand {o.name} belongs to another computation",
                                     f"computation {self.computation.name}")
-        attrs = attrs if attrs is not None else hlo_pb2.HloInstructionProto()
-        if self.metadata is not None and not attrs.HasField("metadata"):
-            attrs.metadata.CopyFrom(self.metadata)
-        shape = infer_shape(opcode, [o.shape for o in operands], attrs, called, declared,
-                            where=f"computation {self.computation.name}")
-        inst = Instruction(opcode, shape, operands, attrs=attrs, called_computations=called)
-        return self.computation.add(inst, name or opcode)
 
     def set_root(self, inst: Instruction) -> Instruction:
         if inst.parent is not self.computation:

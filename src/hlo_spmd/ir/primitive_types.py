@@ -107,8 +107,13 @@ UNSIGNED_INTEGRAL = frozenset({
 ARRAY_TYPES = frozenset(_BIT_WIDTH)
 
 
+# The readers below look a member (or an int, which an IntEnum member hashes and compares
+# as) up directly and convert only on a miss: ``PrimitiveType(t)`` is a Python-level
+# enum call, and shapes ask these on every instruction. A value that is no element type
+# still raises ValueError from the conversion.
 def text_name(t: PrimitiveType | int) -> str:
-    return _TEXT_NAMES[PrimitiveType(t)]
+    name = _TEXT_NAMES.get(t)
+    return name if name is not None else _TEXT_NAMES[PrimitiveType(t)]
 
 
 def from_text(name: str) -> PrimitiveType | None:
@@ -117,11 +122,12 @@ def from_text(name: str) -> PrimitiveType | None:
 
 
 def bit_width(t: PrimitiveType | int) -> int:
-    return _BIT_WIDTH[PrimitiveType(t)]
+    width = _BIT_WIDTH.get(t)
+    return width if width is not None else _BIT_WIDTH[PrimitiveType(t)]
 
 
 def is_array_type(t: PrimitiveType | int) -> bool:
-    return PrimitiveType(t) in ARRAY_TYPES
+    return t in ARRAY_TYPES or PrimitiveType(t) in ARRAY_TYPES
 
 
 def is_floating(t: PrimitiveType | int) -> bool:

@@ -1634,9 +1634,10 @@ def has_rule(opcode: str) -> bool:
 def infer_shape(opcode: str, operand_shapes: Sequence[Shape],
                 attrs: hlo_pb2.HloInstructionProto | None = None,
                 called: Sequence["Computation"] = (), declared: Shape | None = None,
-                where: str | None = None) -> Shape:
+                where: str | Callable[[], str] | None = None) -> Shape:
     """The result shape of an ``opcode`` instruction; raises VerifierError when the operands
-    or attributes are inconsistent. See the module docstring for ``declared``."""
+    or attributes are inconsistent. See the module docstring for ``declared``. ``where``
+    may be a function making the text: it is called only when the inference fails."""
     rule = _RULES.get(opcode)
     if rule is None:
         where = where() if callable(where) else where

@@ -84,24 +84,43 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     """Run the handler of every non-parameter instruction of ``comp`` in program order."""
     from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 
+    # Looked up once: this loop runs once per instruction of the module.
+    b = ctx.b
+    values = ctx.values
+    handler_of = ctx.state.report.handler_of
+    scope = ctx.f.log.scope
+    handlers_get = HANDLERS.get
     for inst in comp.instructions:
-        if inst.opcode == "parameter":
+        opcode = inst.opcode
+        if opcode == "parameter":
             continue
-        handler = (handle_as_written if runs_as_written(inst)
-                   else HANDLERS.get(inst.opcode, handle_replicated))
-        ctx.b.metadata = inst.attrs.metadata if inst.attrs.HasField("metadata") else None
+        handler = (handle_as_written if inst.sharding is not None and runs_as_written(inst)
+                   else handlers_get(opcode, handle_replicated))
+        attrs = inst.attrs
+        b.metadata = attrs.metadata if attrs.HasField("metadata") else None
         try:
-            with ctx.cause(serves=inst):
+            with scope(None, inst):
                 pv = handler(ctx, inst)
         except HloSpmdError:
             raise
         except Exception as e:  # a bug: name the instruction it happened on
-            raise PartitionError(f"internal error in the {inst.opcode} handler: "
+            raise PartitionError(f"internal error in the {opcode} handler: "
                                  f"{type(e).__name__}: {e}",
                                  f"computation {comp.name}, instruction {inst.name}") from e
-        ctx.values[id(inst)] = pv
-        ctx.state.report.handler_of[inst.name] = getattr(handler, "__name__", str(handler))
-    ctx.b.metadata = None
+        values[id(inst)] = pv
+        handler_of[inst.name] = _handler_name(handler)
+    b.metadata = None
+
+
+_HANDLER_NAMES: dict = {}
+
+
+def _handler_name(handler) -> str:
+    """The handler's name for the report (a few dozen handlers, named once each)."""
+    name = _HANDLER_NAMES.get(handler)
+    if name is None:
+        name = _HANDLER_NAMES[handler] = getattr(handler, "__name__", str(handler))
+    return name
 
 
 def partition_computation(ctx: PartitionContext, comp: Computation,

@@ -22,6 +22,8 @@ def emit_like(ctx: PartitionContext, inst: Instruction, operands: Sequence[Instr
               local_shape: Shape, name: str | None = None) -> Instruction:
     """``inst``'s opcode and attributes on local operands, with a declared local shape.
     Called computations are copied as-is (reducers, comparators, map bodies)."""
-    called = [ctx.clone(c) for c in inst.called_computations]
-    return ctx.b.op(inst.opcode, list(operands), copy_attrs(inst), called, declared=local_shape,
+    called = [ctx.clone(c) for c in inst.called_computations] if inst.called_computations \
+        else ()
+    # ``op`` copies the operand list itself.
+    return ctx.b.op(inst.opcode, operands, copy_attrs(inst), called, declared=local_shape,
                     name=name or inst.name)
