@@ -160,6 +160,7 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     last: dict[Instruction, int] = {}
     own = [0] * end  # bytes each position's instruction makes
     byte_size: dict[int, int] = {}  # per shape object: many instructions share one
+    get_aliases = aliases.get
     for idx, inst in enumerate(order):
         opcode = inst.opcode
         if opcode == "while":  # the loop state lives in its operand's buffers
@@ -185,9 +186,16 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
                 if n is None:
                     n = byte_size[id(shape)] = shape.byte_size()
                 own[idx] = n
-        for deps in (inst.operands, inst.control_predecessors):
-            for o in deps:
-                bufs = aliases.get(o)
+        for o in inst.operands:
+            bufs = get_aliases(o)
+            if bufs is None:
+                last[o] = idx
+            else:
+                for buf in bufs:
+                    last[buf] = idx
+        if inst.control_predecessors:
+            for o in inst.control_predecessors:
+                bufs = get_aliases(o)
                 if bufs is None:
                     last[o] = idx
                 else:

@@ -110,9 +110,10 @@ def iter_operand_users(instructions: Iterable[Instruction]) -> dict[int, list[In
     get = users.get
     for inst in instructions:
         for op in inst.operands:
-            lst = get(id(op))
+            key = id(op)
+            lst = get(key)
             if lst is None:
-                users[id(op)] = [inst]
+                users[key] = [inst]
             elif lst[-1] is not inst:  # an operand read twice: its list already ends so
                 lst.append(inst)
     return users

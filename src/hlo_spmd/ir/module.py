@@ -6,8 +6,12 @@ from typing import Any, Iterable, Iterator
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.memo import BoundedMemo
 
 _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
+# wanted name -> its base without the ``.N`` suffix (a pure function of the text; the
+# partitioner asks it for every clash, mostly of the same few opcode names).
+_BASES = BoundedMemo(1 << 16)
 
 
 class Module:
@@ -31,16 +35,20 @@ class Module:
     # -- naming and ids -----------------------------------------------------------------
     def unique_name(self, wanted: str) -> str:
         """``wanted`` if free, else ``base.N`` with the next free N (XLA's NameUniquer style)."""
-        if wanted not in self._names:
-            self._names.add(wanted)
+        names = self._names
+        if wanted not in names:
+            names.add(wanted)
             return wanted
-        base = _SUFFIX.match(wanted).group(1) or wanted
+        base = _BASES.get(wanted)
+        if base is None:
+            base = _BASES.put(wanted, _SUFFIX.match(wanted).group(1) or wanted)
         n = self._next_suffix.get(base, 1)
-        while f"{base}.{n}" in self._names:
-            n += 1
-        self._next_suffix[base] = n + 1
         name = f"{base}.{n}"
-        self._names.add(name)
+        while name in names:
+            n += 1
+            name = f"{base}.{n}"
+        self._next_suffix[base] = n + 1
+        names.add(name)
         return name
 
     def reserve_name(self, name: str) -> None:

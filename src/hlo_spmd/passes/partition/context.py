@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     pass
 
 
-_LOCAL_SHAPES = BoundedMemo(1 << 15)  # (shape, sharding) -> local shape
+_LOCAL_SHAPES = BoundedMemo(1 << 15)  # (id(shape), sharding) -> (shape, local shape)
 
 
 @dataclass
@@ -135,12 +135,15 @@ class PartitionContext:
         if not shape.is_array or not sharding.is_tiled:
             return shape
         # Asked for every value of every handler, with the same few (shape, sharding)
-        # pairs in every layer; both are immutable values, so one answer per pair.
-        key = (shape, sharding)
+        # pairs in every layer; both are immutable values, so one answer per pair. The
+        # shape is keyed by identity (shapes are shared objects; hashing one hashes all
+        # its fields) and held in the entry, so its id stays its own meanwhile.
+        key = (id(shape), sharding)
         hit = _LOCAL_SHAPES.get(key)
         if hit is None:
-            hit = _LOCAL_SHAPES.put(key, shape.with_dims(tile_shape(sharding, shape.dims)))
-        return hit
+            hit = _LOCAL_SHAPES.put(key, (shape, shape.with_dims(tile_shape(sharding,
+                                                                             shape.dims))))
+        return hit[1]
 
     def sharding_of(self, inst: Instruction) -> HloSharding:
         """The instruction's sharding; unannotated means replicated."""

@@ -39,27 +39,28 @@ def sink_to_first_use(comp: Computation) -> bool:
     """Reorder ``comp`` (see the module docstring); True when the order changed."""
     order = comp.instructions
     root = comp.root
-    tied: set[int] = set()
+    # Sets and dicts of the instructions themselves (they hash by identity).
+    tied: set[Instruction] = set()
     for inst in order:
         if inst.control_predecessors:
-            tied.add(id(inst))
-            tied.update(id(p) for p in inst.control_predecessors)
-    movable: dict[int, int] = {}  # id -> position, in program order
+            tied.add(inst)
+            tied.update(inst.control_predecessors)
+    movable: dict[Instruction, int] = {}  # -> position, in program order
     for pos, inst in enumerate(order):
-        if inst is not root and id(inst) not in tied and _movable(inst):
-            movable[id(inst)] = pos
+        if inst is not root and inst not in tied and _movable(inst):
+            movable[inst] = pos
     if not movable:
         return False  # e.g. a reducer: its only non-parameter is the root
     # (position, user) of the movable values only, and the last reader of every value.
-    users: dict[int, list[tuple[int, Instruction]]] = {}
-    last_user: dict[int, Instruction] = {}
+    users: dict[Instruction, list[tuple[int, Instruction]]] = {}
+    last_user: dict[Instruction, Instruction] = {}
     for pos, inst in enumerate(order):
         for o in inst.operands:
-            last_user[id(o)] = inst
-            if id(o) in movable:
-                mine = users.get(id(o))
+            last_user[o] = inst
+            if o in movable:
+                mine = users.get(o)
                 if mine is None:
-                    users[id(o)] = [(pos, inst)]
+                    users[o] = [(pos, inst)]
                 elif mine[-1][1] is not inst:
                     mine.append((pos, inst))
     # Sort keys: an instruction that stays has (position, 1); one placed before user U
@@ -68,32 +69,32 @@ def sink_to_first_use(comp: Computation) -> bool:
     # after whatever is placed before it in turn. Only the placed ones get a key: the
     # order is then each staying instruction preceded by what is placed before it
     # (recursively, by position), without sorting the whole computation.
-    key: dict[int, tuple[int, ...]] = {}
-    before: dict[int, list[Instruction]] = {}  # id(U) -> placed before U, latest first
+    key: dict[Instruction, tuple[int, ...]] = {}
+    before: dict[Instruction, list[Instruction]] = {}  # U -> placed before U, latest first
     for pos in reversed(movable.values()):
         inst = order[pos]
-        mine = users.get(id(inst))
+        mine = users.get(inst)
         if not mine:
             continue
-        distinct = {id(o): o for o in inst.operands}.values()
-        stretched = sum(o.shape.byte_size() for o in distinct if last_user.get(id(o)) is inst)
+        distinct = dict.fromkeys(inst.operands)
+        stretched = sum(o.shape.byte_size() for o in distinct if last_user.get(o) is inst)
         if inst.shape.byte_size() < stretched:
             continue
-        first_pos, first = min(mine, key=lambda u: key.get(id(u[1])) or (u[0], 1))
-        key[id(inst)] = (key.get(id(first)) or (first_pos, 1))[:-1] + (0, pos, 1)
-        before.setdefault(id(first), []).append(inst)
+        first_pos, first = min(mine, key=lambda u: key.get(u[1]) or (u[0], 1))
+        key[inst] = (key.get(first) or (first_pos, 1))[:-1] + (0, pos, 1)
+        before.setdefault(first, []).append(inst)
     if not key:
         return False
     new: list[Instruction] = []
 
     def emit(inst: Instruction) -> None:
-        for placed in reversed(before.get(id(inst), ())):
+        for placed in reversed(before.get(inst, ())):
             emit(placed)
         new.append(inst)
 
     for inst in order:
-        if id(inst) not in key:
-            if id(inst) in before:
+        if inst not in key:
+            if inst in before:
                 emit(inst)
             else:
                 new.append(inst)
