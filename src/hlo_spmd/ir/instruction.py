@@ -104,10 +104,24 @@ def clear_owned(proto: hlo_pb2.HloInstructionProto) -> hlo_pb2.HloInstructionPro
     return proto
 
 
-def iter_operand_users(instructions: Iterable[Instruction]) -> dict[int, list[Instruction]]:
-    """id(instruction) -> users in program order, each user once."""
+def iter_operand_users(instructions: Iterable[Instruction],
+                       only: "set[Instruction] | None" = None) -> dict[int, list[Instruction]]:
+    """id(instruction) -> users in program order, each user once. With ``only``, just the
+    users of those instructions (a pass that asks about a few hundred values of a
+    10k-instruction body builds only their lists)."""
     users: dict[int, list[Instruction]] = {}
     get = users.get
+    if only is not None:
+        for inst in instructions:
+            for op in inst.operands:
+                if op in only:
+                    key = id(op)
+                    lst = get(key)
+                    if lst is None:
+                        users[key] = [inst]
+                    elif lst[-1] is not inst:
+                        lst.append(inst)
+        return users
     for inst in instructions:
         for op in inst.operands:
             key = id(op)

@@ -139,7 +139,8 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     comp.instructions = base
     # Who reads each member, built once: a trial rewires only those (of the base program
     # and of the groups it puts in), not a scan of the computation per trial.
-    users = iter_operand_users(base + [i for new, _ in built for i in new])
+    users = iter_operand_users(base + [i for new, _ in built for i in new],
+                               only={m for group in groups for m in group})
     built_set = {i for new, _ in built for i in new}  # small: the groups' new code
 
     def apply(chosen: list) -> tuple[list, bool]:
