@@ -184,7 +184,8 @@ def partition_module(module: Module, num_partitions: int,
     for inst in out.instructions():
         inst.sharding = None
         inst.source_sharding = None
-        _drop_sdy_attributes(inst.attrs.frontend_attributes)
+        if inst.attrs.HasField("frontend_attributes"):
+            _drop_sdy_attributes(inst.attrs.frontend_attributes)
     _drop_sdy_attributes(out.attrs.frontend_attributes)
     for new, param in zip(new_params, module.entry.parameters):
         new.sharding = manual_like(param.shape)

@@ -53,7 +53,17 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = ctx.sharding_of(inst)
     if target.is_maximal:
         target = HloSharding.replicate()
-    full_rank = [i for i, op in enumerate(inst.operands) if op.shape.rank == inst.shape.rank]
+    rank = inst.shape.rank
+    values = [ctx.value(op) for op in inst.operands]
+    if all(op.shape.rank == rank and (v.sharding is target or v.sharding == target)
+           for op, v in zip(inst.operands, values)) and (
+            inst.opcode in LINEAR_OPS or not is_unreduced(target)):
+        # The common case: every operand is whole-rank and already at the target, which
+        # compute_sharding would choose (no candidate beats a free target), so nothing
+        # is resharded, before or after.
+        local = ctx.local_shape(inst.shape, target)
+        return PValue(emit_like(ctx, inst, [v.hlo for v in values], local), inst.shape, target)
+    full_rank = [i for i, op in enumerate(inst.operands) if op.shape.rank == rank]
     sharding = target
     if inst.shape.rank and not target.is_manual:
         shapes = [inst.operands[i].shape for i in full_rank]
@@ -63,8 +73,7 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
             size = bit_width(shape.element_type) / 8.0
             return reshard_cost(shape.dims, size, a, b, ctx.num_devices)
 
-        sharding = compute_sharding(target, [ctx.value(inst.operands[i]).sharding
-                                             for i in full_rank], cost)
+        sharding = compute_sharding(target, [values[i].sharding for i in full_rank], cost)
     if inst.opcode not in LINEAR_OPS and is_unreduced(sharding):
         sharding = reduced(sharding)   # partial sums only go through linear ops
     operands = []

@@ -75,7 +75,8 @@ def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
 def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
     perm = inst.dimensions
-    inverse = list(np.argsort(perm))
+    # The inverse permutation (a tiny list: numpy's argsort costs more than the sort).
+    inverse = sorted(range(len(perm)), key=perm.__getitem__)
     op_sharding = transpose_sharding(target, inverse) if target.is_tiled else target
     x = to_sharding(ctx, ctx.value(inst.operands[0]), op_sharding).hlo
     local = ctx.local_shape(inst.shape, target)
