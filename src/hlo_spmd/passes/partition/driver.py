@@ -190,8 +190,12 @@ def partition_module(module: Module, num_partitions: int,
     for new, param in zip(new_params, module.entry.parameters):
         new.sharding = manual_like(param.shape)
     result.sharding = manual_like(root.shape)
+    protos: dict[int, tuple] = {}  # one proto per sharding object (loads share them)
     for s in param_shardings:
-        out.attrs.spmd_parameters_shardings.add().CopyFrom(to_proto(s))
+        got = protos.get(id(s))
+        if got is None:
+            got = protos[id(s)] = (s, to_proto(s))
+        out.attrs.spmd_parameters_shardings.add().CopyFrom(got[1])
     out.attrs.spmd_output_sharding.CopyFrom(to_proto(root_sharding))
 
     for comp in out.computations:
