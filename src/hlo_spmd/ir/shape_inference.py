@@ -34,6 +34,7 @@ layout.
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -53,6 +54,7 @@ from hlo_spmd.ir.primitive_types import (
     text_name,
 )
 from hlo_spmd.ir.shape import Layout, Shape
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.proto import hlo_pb2
 
 if TYPE_CHECKING:
@@ -1160,20 +1162,37 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
         return
     if kind != "explicit":
         return
-    groups = c.attrs.collective_device_list.replica_groups or c.attrs.replica_groups
-    seen: set[int] = set()
+    cdl = c.attrs.collective_device_list
+    groups = cdl.replica_groups or c.attrs.replica_groups
+    # A module repeats a few group lists over many collectives: each distinct one (by
+    # its serialized bytes) is checked once; only lists that passed are remembered.
+    key = (uniform, cdl.SerializeToString() if cdl.replica_groups else
+           tuple(g.SerializeToString() for g in groups))
+    if key in _GROUPS_OK:
+        return
+    # A Python loop over the groups, not over the devices: the ids are gathered and
+    # checked by C-level builtins (this runs on every collective, with thousands of
+    # devices per group list at scale).
     size = len(groups[0].replica_ids)
     for g in groups:
         if not g.replica_ids:
             raise c.fail("a replica group is empty")
         if uniform and len(g.replica_ids) != size:
             raise c.fail("replica groups must all have the same size")
-        for d in g.replica_ids:
-            if d in seen:
+    ids = list(itertools.chain.from_iterable(g.replica_ids for g in groups))
+    seen = set(ids)
+    if len(seen) != len(ids):  # name the first repeat in group order, as before
+        first: set[int] = set()
+        for d in ids:
+            if d in first:
                 raise c.fail(f"device {d} appears twice in the replica groups")
-            seen.add(d)
+            first.add(d)
     if min(seen) < 0 or max(seen) != len(seen) - 1:
         raise c.fail(f"replica groups must name devices 0..{len(seen) - 1} exactly once")
+    _GROUPS_OK.put(key, True)
+
+
+_GROUPS_OK = BoundedMemo(4096)  # (uniform, serialized explicit groups) that passed
 
 
 def _collective_reducer(c: _Ctx) -> None:
