@@ -9,7 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width, is_array_type, text_name
+from hlo_spmd.ir.primitive_types import (
+    ARRAY_TYPES,
+    PrimitiveType,
+    bit_width,
+    is_array_type,
+    text_name,
+)
+
+
+# Enum members looked up once: ``PrimitiveType.TUPLE`` is a class-attribute lookup
+# through the enum's metaclass, and shapes are asked ``is_tuple`` on every instruction.
+_TUPLE = PrimitiveType.TUPLE
+_TOKEN = PrimitiveType.TOKEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +91,16 @@ class Shape:
     # -- queries ------------------------------------------------------------------------
     @property
     def is_tuple(self) -> bool:
-        return self.element_type == PrimitiveType.TUPLE
+        return self.element_type == _TUPLE
 
     @property
     def is_array(self) -> bool:
-        return is_array_type(self.element_type)
+        # The set test first (most shapes are arrays); the call handles the rest.
+        return self.element_type in ARRAY_TYPES or is_array_type(self.element_type)
 
     @property
     def is_token(self) -> bool:
-        return self.element_type == PrimitiveType.TOKEN
+        return self.element_type == _TOKEN
 
     @property
     def rank(self) -> int:
