@@ -6,6 +6,7 @@ MakeInstructionPostOrder order, users in program order, computations in module o
 """
 from __future__ import annotations
 
+import operator
 from typing import Iterable
 
 from hlo_spmd.ir.computation import Computation
@@ -145,10 +146,13 @@ def _dfs(root: Instruction, state: dict[int, int], order: list[Instruction]) -> 
                 stack.append(op)
 
 
+_by_id = operator.attrgetter("id")
+
+
 def _list_order(comp: Computation) -> list[Instruction]:
     insts = list(comp.instructions)
     if insts and all(i.id >= 0 for i in insts):
-        return sorted(insts, key=lambda i: i.id)
+        return sorted(insts, key=_by_id)
     return insts
 
 
@@ -166,11 +170,25 @@ class Graph:
                                            list[tuple[int, Instruction]]]] = {}
         self.users: dict[int, list[Instruction]] = {}
         self.callers_of: dict[int, list[Instruction]] = {}
+        # The fix point's walk as positions: per direction (0 forward, 1 backward) every
+        # (id, instruction) of the module in walk order (computations in module order,
+        # each in post order forward, reversed backward) and id -> position; per
+        # computation its range of positions, [start, end) in both directions.
+        self.walk: tuple[list[tuple[int, Instruction]], list[tuple[int, Instruction]]] = ([], [])
+        self.walk_pos: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        self.walk_ranges: list[tuple[Computation, int, int]] = []
         for comp in self.computations:
             order = post_order(comp)
             self.post_orders[comp.name] = order
             pairs = [(id(i), i) for i in order]
             self.keyed_orders[comp.name] = (pairs, pairs[::-1])
+            start = len(self.walk[0])
+            self.walk_ranges.append((comp, start, start + len(pairs)))
+            for d, seq in ((0, pairs), (1, pairs[::-1])):
+                pos = self.walk_pos[d]
+                for k, (key, _inst) in enumerate(seq, start):
+                    pos[key] = k
+                self.walk[d].extend(seq)
             for inst in _list_order(comp):
                 self.users.setdefault(id(inst), [])
                 seen: set[int] = set()
@@ -188,6 +206,24 @@ class Graph:
         # id(user) -> {id(operand): its operand positions}, built on first use.
         self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
         self._non_root_users: dict[int, int] = {}
+        self._clear_targets: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def clear_targets(self, inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Walk positions whose ``already inferred`` mark a change of ``inst`` clears:
+        forward, its users and the parameters of the computations they call; backward,
+        its operands (XLA's ``clear_cache``; computed once per instruction)."""
+        key = id(inst)
+        r = self._clear_targets.get(key)
+        if r is None:
+            fpos, bpos = self.walk_pos
+            fw: list[int] = []
+            for user in self.users_of(inst):
+                fw.append(fpos[id(user)])
+                for c in user.called_computations:
+                    fw.extend(fpos[id(prm)] for prm in c.parameters if id(prm) in fpos)
+            bw = [bpos[id(o)] for o in inst.operands if id(o) in bpos]
+            r = self._clear_targets[key] = (tuple(fw), tuple(bw))
+        return r
 
     def instructions(self) -> Iterable[Instruction]:
         for comp in self.computations:
