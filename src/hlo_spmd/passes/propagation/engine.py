@@ -298,20 +298,20 @@ class Propagator:
         """What ``infer_from_users`` reads of ``inst`` that never changes during a run
         (asked after ``setup``): whether it is a broadcast, its users, which of them are
         rng-bit-generators, whether it supports spatial partitioning, which users can
-        make it manual (not a manual region's entry), and each user's rule name."""
+        make it manual (not a manual region's entry), and each user's ``user_rule``."""
         users = self.graph.users_of(inst)
         facts = (g.opcode(inst) == "broadcast", users,
                  tuple(g.opcode(u) == "rng-bit-generator" for u in users),
                  self.supports_spatial(inst, False, self.to_params),
                  tuple(not (g.is_custom_call(u, g.FULL_TO_SHARD) or sdy_manual.is_sdy_entry(u))
                        for u in users),
-                 tuple(self.user_rule(u)[2] for u in users))
+                 tuple(self.user_rule(u) for u in users))
         self._bw_facts[id(inst)] = facts
         return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        is_broadcast, users, is_rng, spatial, manual_source, rule_names = (
+        is_broadcast, users, is_rng, spatial, manual_source, user_rules = (
             self._bw_facts.get(id(inst)) or self._backward_facts(inst))
         if is_broadcast and not self.at_least(2):
             return False
@@ -329,7 +329,8 @@ class Propagator:
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
                     return True
-                us = asked[k] = bw.operand_from_user(self, inst, user, self._level)
+                us = asked[k] = bw.operand_from_user(self, inst, user, self._level,
+                                                     user_rules[k])
                 if us is not None and us.is_manual:
                     self.set(inst, us, "manual.backward", (user,), direction="manual")
                     return True
@@ -346,13 +347,13 @@ class Propagator:
             if k in asked and inst.sharding is s:
                 us = asked[k]
             else:
-                us = bw.operand_from_user(self, inst, user, self._level)
+                us = bw.operand_from_user(self, inst, user, self._level, user_rules[k])
             if us is not None:
                 if us.is_tuple != inst.shape.is_tuple:
                     us = ops.normalize_tuple(us, inst.shape)
                     if us.is_tuple != inst.shape.is_tuple:
                         continue
-                changed |= self.improve(inst, us, rule_names[k], (user,))
+                changed |= self.improve(inst, us, user_rules[k][2], (user,))
         return changed
 
     def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
@@ -488,6 +489,8 @@ class Propagator:
         annotation also shards its (unsharded) operand; shard groups are collected."""
         for comp in self.graph.computations:
             for inst in reversed(self.graph.post_orders[comp.name]):
+                if inst.sharding is None and inst.opcode != "custom-call":
+                    continue   # (nothing below applies to it)
                 gid = g.sharding_group_id(inst)
                 if gid is not None and inst.operands:
                     # Shardy's sharding group (shard_as): the operands are the members;

@@ -108,7 +108,11 @@ def is_passthrough_custom_call(inst: Instruction) -> bool:
 def post_order(comp: Computation) -> list[Instruction]:
     """XLA's MakeInstructionPostOrder: DFS from each user-less instruction in list order,
     first operand first, control predecessors before operands."""
-    insts = _list_order(comp)
+    return _post_order(_list_order(comp))
+
+
+def _post_order(insts: list[Instruction]) -> list[Instruction]:
+    """``post_order`` of a computation's instructions in list order."""
     has_users: set[int] = set()
     for inst in insts:
         for op in inst.operands:
@@ -163,41 +167,43 @@ class Graph:
         self.module = module
         self.computations: list[Computation] = list(module.computations)
         self.post_orders: dict[str, list[Instruction]] = {}
-        # Per computation, the post order as (id, instruction) pairs, forward and
-        # reversed: the fix point visits every instruction per sweep and keys its caches
-        # by id, so the ids are taken once here instead of once per visit.
-        self.keyed_orders: dict[str, tuple[list[tuple[int, Instruction]],
-                                           list[tuple[int, Instruction]]]] = {}
         self.users: dict[int, list[Instruction]] = {}
         self.callers_of: dict[int, list[Instruction]] = {}
         # The fix point's walk as positions: per direction (0 forward, 1 backward) every
         # (id, instruction) of the module in walk order (computations in module order,
         # each in post order forward, reversed backward) and id -> position; per
         # computation its range of positions, [start, end) in both directions.
-        self.walk: tuple[list[tuple[int, Instruction]], list[tuple[int, Instruction]]] = ([], [])
-        self.walk_pos: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        fwalk: list[tuple[int, Instruction]] = []
+        bwalk: list[tuple[int, Instruction]] = []
+        self.walk = (fwalk, bwalk)
         self.walk_ranges: list[tuple[Computation, int, int]] = []
+        users = self.users
         for comp in self.computations:
-            order = post_order(comp)
+            insts = _list_order(comp)
+            order = _post_order(insts)
             self.post_orders[comp.name] = order
+            start = len(fwalk)
             pairs = [(id(i), i) for i in order]
-            self.keyed_orders[comp.name] = (pairs, pairs[::-1])
-            start = len(self.walk[0])
-            self.walk_ranges.append((comp, start, start + len(pairs)))
-            for d, seq in ((0, pairs), (1, pairs[::-1])):
-                pos = self.walk_pos[d]
-                for k, (key, _inst) in enumerate(seq, start):
-                    pos[key] = k
-                self.walk[d].extend(seq)
-            for inst in _list_order(comp):
-                self.users.setdefault(id(inst), [])
-                seen: set[int] = set()
-                for op in inst.operands:
-                    if id(op) not in seen:
-                        seen.add(id(op))
-                        self.users.setdefault(id(op), []).append(inst)
+            fwalk.extend(pairs)
+            bwalk.extend(reversed(pairs))
+            self.walk_ranges.append((comp, start, len(fwalk)))
+            for inst in insts:
+                if id(inst) not in users:
+                    users[id(inst)] = []
+                ops = inst.operands
+                if len(ops) == 1:
+                    users.setdefault(id(ops[0]), []).append(inst)
+                elif ops:
+                    seen: set[int] = set()
+                    for op in ops:
+                        if id(op) not in seen:
+                            seen.add(id(op))
+                            users.setdefault(id(op), []).append(inst)
                 for callee in inst.called_computations:
                     self.callers_of.setdefault(id(callee), []).append(inst)
+        self.walk_pos: tuple[dict[int, int], dict[int, int]] = (
+            {key: k for k, (key, _inst) in enumerate(fwalk)},
+            {key: k for k, (key, _inst) in enumerate(bwalk)})
         entry = module.entry
         self.entry_root = entry.root if entry is not None else None
         # computation -> the while / conditional / call instruction that owns it
