@@ -78,6 +78,8 @@ class DirtySet:
         self._pos = p.graph.walk_pos
         self._users_of = p.graph.users_of
         self._reads_operands: dict[int, bool] = {}
+        self._clear_targets = p.graph.clear_targets
+        self._own: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     def start_round(self) -> None:
         """Before the levels of a round: nothing may be skipped."""
@@ -93,27 +95,34 @@ class DirtySet:
         """``inst``'s sharding changed: flag every inference that reads it (forward: the
         instruction and its users, and the parameters of computations those users call;
         backward: the instruction, its operands and, for users whose rule reads their
-        operands, those users' operands)."""
+        operands, those users' operands).  Users and operands are the positions the fix
+        point clears next (``Graph.clear_targets``, shared)."""
         fw = self.flagged[FW].bits
         bw = self.flagged[BW].bits
+        fw_t, bw_t = self._clear_targets(inst)
+        for q in fw_t:
+            fw[q] = 1
+        for q in bw_t:
+            bw[q] = 1
+        own = self._own.get(id(inst))
+        if own is None:
+            own = self._own_of(inst)
+        fw[own[0]] = 1
+        for q in own[1]:
+            bw[q] = 1
+
+    def _own_of(self, inst: Instruction) -> tuple[int, tuple[int, ...]]:
+        """``inst``'s forward position, and the backward positions of ``inst`` and of the
+        operands of its users whose backward rule reads them (computed once)."""
         fpos, bpos = self._pos
-        key = id(inst)
-        fw[fpos[key]] = 1
-        bw[bpos[key]] = 1
-        for o in inst.operands:
-            bw[bpos[id(o)]] = 1
+        bw = [bpos[id(inst)]]
         reads = self._reads_operands
         for u in self._users_of(inst):
-            fw[fpos[id(u)]] = 1
-            for c in u.called_computations:
-                for prm in c.parameters:
-                    q = fpos.get(id(prm))
-                    if q is not None:
-                        fw[q] = 1
             r = reads.get(id(u))
             if r is None:
                 r = reads[id(u)] = not (g.opcode(u) in BACKWARD_READS_USER_ONLY
                                          or g.is_elementwise(u))
             if r:
-                for o in u.operands:
-                    bw[bpos[id(o)]] = 1
+                bw.extend(bpos[id(o)] for o in u.operands)
+        own = self._own[id(inst)] = (fpos[id(inst)], tuple(bw))
+        return own

@@ -300,12 +300,16 @@ class Propagator:
         rng-bit-generators, whether it supports spatial partitioning, which users can
         make it manual (not a manual region's entry), and each user's ``user_rule``."""
         users = self.graph.users_of(inst)
-        facts = (g.opcode(inst) == "broadcast", users,
-                 tuple(g.opcode(u) == "rng-bit-generator" for u in users),
-                 self.supports_spatial(inst, False, self.to_params),
-                 tuple(not (g.is_custom_call(u, g.FULL_TO_SHARD) or sdy_manual.is_sdy_entry(u))
-                       for u in users),
-                 tuple(self.user_rule(u) for u in users))
+        rng: list[bool] = []
+        manual_source: list[bool] = []
+        rules: list[tuple] = []
+        for u in users:
+            rng.append(g.opcode(u) == "rng-bit-generator")
+            manual_source.append(not (g.is_custom_call(u, g.FULL_TO_SHARD)
+                                      or sdy_manual.is_sdy_entry(u)))
+            rules.append(self.user_rule(u))
+        facts = (g.opcode(inst) == "broadcast", users, rng,
+                 self.supports_spatial(inst, False, self.to_params), manual_source, rules)
         self._bw_facts[id(inst)] = facts
         return facts
 
@@ -325,7 +329,7 @@ class Propagator:
             for k, user in enumerate(users):
                 if user.sharding is None or not manual_source[k]:  # (operand not manual)
                     continue
-                if inst.shape.is_array and user.sharding.is_manual:
+                if user.sharding.is_manual and inst.shape.is_array:   # (cheap test first)
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
                     return True
