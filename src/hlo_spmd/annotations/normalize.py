@@ -342,8 +342,15 @@ class _RawRegion:
 
 
 def _find_regions(comp: "Computation") -> list[_RawRegion]:
-    entries = [i for i in comp.instructions if _target(i) in _ENTERS]
-    exits = [i for i in comp.instructions if _target(i) in _EXITS]
+    entries: list["Instruction"] = []
+    exits: list["Instruction"] = []
+    for i in comp.instructions:   # (one scan: only custom-calls can be boundaries)
+        if i.opcode == "custom-call":
+            t = i.custom_call_target
+            if t in _ENTERS:
+                entries.append(i)
+            if t in _EXITS:
+                exits.append(i)
     if not entries and not exits:
         return []
     users = comp.users()

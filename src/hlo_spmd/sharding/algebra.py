@@ -738,11 +738,11 @@ def is_spatially_partitioned(sharding: HloSharding | None) -> bool:
     """XLA's IsSpatiallyPartitioned: anything but single-device (tuples: any leaf; None: no)."""
     if sharding is None:
         return False
-    if sharding.is_tuple:
+    kind = sharding.kind   # (asked per rule run: the kind is read once)
+    if kind == "tuple":
         return any(is_spatially_partitioned(e) for e in sharding.tuple_elements)
-    # A leaf: not tile-maximal, or replicated; i.e. anything but maximal (asked per rule
-    # run, so read the kind once).
-    return sharding.kind != "maximal"
+    # A leaf: not tile-maximal, or replicated; i.e. anything but maximal.
+    return kind != "maximal"
 
 
 @memoised

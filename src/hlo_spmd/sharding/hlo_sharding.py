@@ -448,6 +448,7 @@ class HloSharding:
         return HloSharding._make(self._kind, **args)
 
     # -- kind predicates (tuples: true when every leaf is) -------------------
+    # (they read ``_kind`` directly: propagation asks them ~10^5 times per module)
     def _all(self, pred: str) -> bool:
         return all(getattr(e, pred) for e in self._elements)
 
@@ -462,31 +463,31 @@ class HloSharding:
 
     @property
     def is_replicated(self) -> bool:
-        return self._all("is_replicated") if self.is_tuple else self._kind == "replicated"
+        return self._all("is_replicated") if self._kind == "tuple" else self._kind == "replicated"
 
     @property
     def is_maximal(self) -> bool:
         """Assigned to a single device (``{maximal device=N}``)."""
-        return self._all("is_maximal") if self.is_tuple else self._kind == "maximal"
+        return self._all("is_maximal") if self._kind == "tuple" else self._kind == "maximal"
 
     @property
     def is_tile_maximal(self) -> bool:
         """XLA's IsTileMaximal: replicated or single-device (every device has it all)."""
-        if self.is_tuple:
+        if self._kind == "tuple":
             return self._all("is_tile_maximal")
         return self._kind in ("replicated", "maximal")
 
     @property
     def is_manual(self) -> bool:
-        return self._all("is_manual") if self.is_tuple else self._kind == "manual"
+        return self._all("is_manual") if self._kind == "tuple" else self._kind == "manual"
 
     @property
     def is_unknown(self) -> bool:
-        return self._all("is_unknown") if self.is_tuple else self._kind == "unknown"
+        return self._all("is_unknown") if self._kind == "tuple" else self._kind == "unknown"
 
     @property
     def is_unreduced(self) -> bool:
-        return self._all("is_unreduced") if self.is_tuple else self._kind == "unreduced"
+        return self._all("is_unreduced") if self._kind == "tuple" else self._kind == "unreduced"
 
     @property
     def is_tiled(self) -> bool:

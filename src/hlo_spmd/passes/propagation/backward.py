@@ -49,9 +49,9 @@ ALWAYS_PASS_THROUGH = frozenset({
 
 
 def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
-                      level: int) -> HloSharding | None:
-    """GetShardingFromUser."""
-    min_level, rule, _, blocked = p.user_rule(user)
+                      level: int, facts: tuple | None = None) -> HloSharding | None:
+    """GetShardingFromUser (``facts``: ``p.user_rule(user)`` if the caller has it)."""
+    min_level, rule, _, blocked = facts or p.user_rule(user)
     if min_level and not p.at_least(min_level, level):
         return None
     if not sp(user.sharding):

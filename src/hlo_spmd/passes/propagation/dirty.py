@@ -10,6 +10,8 @@ inferences whose read set contains it (the read sets of ``unchanged``) are flagg
 level start, those whose last no-change run does not hold at the new level are flagged
 (``start_level``).  An unflagged inference is one the memo would skip, so the fix point
 does not ask the memo about it; the walk, its order and its caches are XLA's, unchanged.
+The flags are a byte per walk position (``Flags``), so the fix point jumps from flagged
+instruction to flagged instruction (``Propagator.run_to_fix_point``).
 
 Always asked (never trusted unflagged): dot / convolution forward, whose lookahead
 chain is read per visit.  Everything is flagged at the start of a round (setup and
@@ -32,24 +34,57 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 
-class DirtySet:
-    """Per direction, the instructions (ids) whose next inference the memo may not skip.
+class Flags:
+    """One direction's flags: a byte per walk position (``Graph.walk``), 1 = flagged, so
+    the fix point finds the next flagged instruction with ``bytearray.find`` instead of
+    visiting every instruction.  Also answers as a set of instruction ids."""
 
-    The fix point reads ``flagged`` and ``always`` directly (once per instruction and
-    sweep) and removes an instruction's flag when it asks the memo about it."""
+    __slots__ = ("bits", "pos")
+
+    def __init__(self, pos: dict[int, int]) -> None:
+        self.pos = pos
+        self.bits = bytearray(len(pos))
+
+    def __contains__(self, key: int) -> bool:
+        p = self.pos.get(key)
+        return p is not None and self.bits[p] == 1
+
+    def add(self, key: int) -> None:
+        self.bits[self.pos[key]] = 1
+
+    def discard(self, key: int) -> None:
+        p = self.pos.get(key)
+        if p is not None:
+            self.bits[p] = 0
+
+    def update(self, keys) -> None:
+        bits, pos = self.bits, self.pos
+        for key in keys:
+            bits[pos[key]] = 1
+
+
+class DirtySet:
+    """Per direction, the instructions whose next inference the memo may not skip.
+
+    The fix point reads the flags' bytes (``Flags.bits``) directly and clears an
+    instruction's byte when it asks the memo about it."""
 
     def __init__(self, p: "Propagator") -> None:
         self.p = p
-        self.flagged: tuple[set[int], set[int]] = (set(), set())
+        fpos, bpos = p.graph.walk_pos
+        self.flagged: tuple[Flags, Flags] = (Flags(fpos), Flags(bpos))
         self.always: frozenset[int] = frozenset(
             id(i) for i in p.graph.instructions() if g.opcode(i) in FORWARD_LOOKAHEAD)
+        self._pos = p.graph.walk_pos
+        self._users_of = p.graph.users_of
         self._reads_operands: dict[int, bool] = {}
+        self._clear_targets = p.graph.clear_targets
+        self._own: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     def start_round(self) -> None:
         """Before the levels of a round: nothing may be skipped."""
-        ids = [id(i) for i in self.p.graph.instructions()]
-        self.flagged[FW].update(ids)
-        self.flagged[BW].update(ids)
+        for f in self.flagged:
+            f.bits[:] = b"\x01" * len(f.bits)
 
     def start_level(self, level: int) -> None:
         """Flag the inferences whose last no-change run does not hold at ``level``."""
@@ -60,23 +95,34 @@ class DirtySet:
         """``inst``'s sharding changed: flag every inference that reads it (forward: the
         instruction and its users, and the parameters of computations those users call;
         backward: the instruction, its operands and, for users whose rule reads their
-        operands, those users' operands)."""
-        fw, bw = self.flagged
-        key = id(inst)
-        fw.add(key)
-        bw.add(key)
-        for o in inst.operands:
-            bw.add(id(o))
+        operands, those users' operands).  Users and operands are the positions the fix
+        point clears next (``Graph.clear_targets``, shared)."""
+        fw = self.flagged[FW].bits
+        bw = self.flagged[BW].bits
+        fw_t, bw_t = self._clear_targets(inst)
+        for q in fw_t:
+            fw[q] = 1
+        for q in bw_t:
+            bw[q] = 1
+        own = self._own.get(id(inst))
+        if own is None:
+            own = self._own_of(inst)
+        fw[own[0]] = 1
+        for q in own[1]:
+            bw[q] = 1
+
+    def _own_of(self, inst: Instruction) -> tuple[int, tuple[int, ...]]:
+        """``inst``'s forward position, and the backward positions of ``inst`` and of the
+        operands of its users whose backward rule reads them (computed once)."""
+        fpos, bpos = self._pos
+        bw = [bpos[id(inst)]]
         reads = self._reads_operands
-        for u in self.p.graph.users_of(inst):
-            fw.add(id(u))
-            for c in u.called_computations:
-                for prm in c.parameters:
-                    fw.add(id(prm))
+        for u in self._users_of(inst):
             r = reads.get(id(u))
             if r is None:
                 r = reads[id(u)] = not (g.opcode(u) in BACKWARD_READS_USER_ONLY
                                          or g.is_elementwise(u))
             if r:
-                for o in u.operands:
-                    bw.add(id(o))
+                bw.extend(bpos[id(o)] for o in u.operands)
+        own = self._own[id(inst)] = (fpos[id(inst)], tuple(bw))
+        return own

@@ -176,7 +176,8 @@ class Propagator:
         inst.sharding = sharding
         self.dirty.changed(inst)
         self.rec.accept(inst.name, sharding, rule, direction or self.direction,
-                        tuple(s.name for s in sources))
+                        (sources[0].name,) if len(sources) == 1
+                        else tuple(s.name for s in sources))
 
     def reject(self, inst: Instruction, cand: HloSharding, rule: str,
                sources: tuple[Instruction, ...], reason: str) -> None:
@@ -210,7 +211,8 @@ class Propagator:
         if self._boundaries is None:
             self._boundaries = frozenset(
                 id(i) for i in self.graph.instructions()
-                if g.is_custom_call(i, g.FULL_TO_SHARD) or g.is_custom_call(i, g.SHARD_TO_FULL))
+                if i.opcode == "custom-call"
+                and i.custom_call_target in (g.FULL_TO_SHARD, g.SHARD_TO_FULL))
         return self._boundaries
 
     def user_rule(self, user: Instruction):
@@ -255,20 +257,23 @@ class Propagator:
         return False
 
     # -- forward / backward inference ---------------------------------------------------------
-    def _forward_facts(self, inst: Instruction) -> tuple[int, str, bool, Any]:
-        """What ``infer_from_operands`` reads of ``inst`` that never changes during a run:
-        its minimum level, opcode, whether a manual operand makes it manual, its rule."""
+    def _forward_facts(self, inst: Instruction) -> tuple[int, str, bool, Any, bool]:
+        """What ``infer_from_operands`` reads of ``inst`` that never changes during a run
+        (asked after ``setup``): its minimum level, opcode, whether a manual operand makes
+        it manual, its rule, and whether it supports spatial partitioning."""
         op = g.opcode(inst)
         tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
         manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
                      or tuple_cc)
-        facts = (self.min_level(inst), op, manual_ok, fw.FORWARD_RULES.get(op, fw.default_rule))
+        facts = (self.min_level(inst), op, manual_ok, fw.FORWARD_RULES.get(op, fw.default_rule),
+                 self.supports_spatial(inst, self.to_output, False))
         self._fw_facts[id(inst)] = facts
         return facts
 
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        ml, op, manual_ok, rule = self._fw_facts.get(id(inst)) or self._forward_facts(inst)
+        ml, op, manual_ok, rule, spatial = (self._fw_facts.get(id(inst))
+                                            or self._forward_facts(inst))
         if ml and not self.at_least(ml):
             return False
         s = inst.sharding
@@ -285,23 +290,33 @@ class Propagator:
                 manual = ops.normalize_tuple(HloSharding.manual(), inst.shape)
                 self.set(inst, manual, "manual.forward", (o,), direction="manual")
                 return True
-        if not self.supports_spatial(inst, self.to_output, False):
+        if not spatial:
             return fw.unsupported_rule(self, inst)
         return rule(self, inst)
 
-    def _backward_facts(self, inst: Instruction
-                        ) -> tuple[bool, list[Instruction], tuple[bool, ...]]:
-        """What ``infer_from_users`` reads of ``inst`` that never changes during a run:
-        whether it is a broadcast, its users, and which of them are rng-bit-generators."""
+    def _backward_facts(self, inst: Instruction) -> tuple:
+        """What ``infer_from_users`` reads of ``inst`` that never changes during a run
+        (asked after ``setup``): whether it is a broadcast, its users, which of them are
+        rng-bit-generators, whether it supports spatial partitioning, which users can
+        make it manual (not a manual region's entry), and each user's ``user_rule``."""
         users = self.graph.users_of(inst)
-        facts = (g.opcode(inst) == "broadcast", users,
-                 tuple(g.opcode(u) == "rng-bit-generator" for u in users))
+        rng: list[bool] = []
+        manual_source: list[bool] = []
+        rules: list[tuple] = []
+        for u in users:
+            rng.append(g.opcode(u) == "rng-bit-generator")
+            manual_source.append(not (g.is_custom_call(u, g.FULL_TO_SHARD)
+                                      or sdy_manual.is_sdy_entry(u)))
+            rules.append(self.user_rule(u))
+        facts = (g.opcode(inst) == "broadcast", users, rng,
+                 self.supports_spatial(inst, False, self.to_params), manual_source, rules)
         self._bw_facts[id(inst)] = facts
         return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        is_broadcast, users, is_rng = self._bw_facts.get(id(inst)) or self._backward_facts(inst)
+        is_broadcast, users, is_rng, spatial, manual_source, user_rules = (
+            self._bw_facts.get(id(inst)) or self._backward_facts(inst))
         if is_broadcast and not self.at_least(2):
             return False
         s = inst.sharding
@@ -312,18 +327,18 @@ class Propagator:
         asked: dict[int, HloSharding | None] = {}
         if s is None or s.is_tile_maximal:
             for k, user in enumerate(users):
-                if (user.sharding is None or g.is_custom_call(user, g.FULL_TO_SHARD)
-                        or sdy_manual.is_sdy_entry(user)):   # its operand is not manual
+                if user.sharding is None or not manual_source[k]:  # (operand not manual)
                     continue
-                if inst.shape.is_array and user.sharding.is_manual:
+                if user.sharding.is_manual and inst.shape.is_array:   # (cheap test first)
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
                     return True
-                us = asked[k] = bw.operand_from_user(self, inst, user, self._level)
+                us = asked[k] = bw.operand_from_user(self, inst, user, self._level,
+                                                     user_rules[k])
                 if us is not None and us.is_manual:
                     self.set(inst, us, "manual.backward", (user,), direction="manual")
                     return True
-        if not self.supports_spatial(inst, False, self.to_params):
+        if not spatial:
             return False
         changed = False
         for k, user in enumerate(users):
@@ -336,13 +351,13 @@ class Propagator:
             if k in asked and inst.sharding is s:
                 us = asked[k]
             else:
-                us = bw.operand_from_user(self, inst, user, self._level)
+                us = bw.operand_from_user(self, inst, user, self._level, user_rules[k])
             if us is not None:
                 if us.is_tuple != inst.shape.is_tuple:
                     us = ops.normalize_tuple(us, inst.shape)
                     if us.is_tuple != inst.shape.is_tuple:
                         continue
-                changed |= self.improve(inst, us, self.user_rule(user)[2], (user,))
+                changed |= self.improve(inst, us, user_rules[k][2], (user,))
         return changed
 
     def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
@@ -478,6 +493,8 @@ class Propagator:
         annotation also shards its (unsharded) operand; shard groups are collected."""
         for comp in self.graph.computations:
             for inst in reversed(self.graph.post_orders[comp.name]):
+                if inst.sharding is None and inst.opcode != "custom-call":
+                    continue   # (nothing below applies to it)
                 gid = g.sharding_group_id(inst)
                 if gid is not None and inst.operands:
                     # Shardy's sharding group (shard_as): the operands are the members;
@@ -528,43 +545,88 @@ class Propagator:
     # -- the fixpoint ---------------------------------------------------------------------------
     def run_to_fix_point(self, level: int) -> None:
         """RunToFixPoint at one aggressiveness level (the memo is asked only about
-        inferences the dirty set flags: the others it would skip)."""
+        inferences the dirty set flags: the others it would skip).
+
+        XLA's walk visits every instruction per sweep and marks it ``already inferred``
+        (its caches, here per direction) until a neighbour's change clears the mark.  A
+        visit of an unflagged instruction only sets that mark, so the walk jumps from
+        flagged instruction to flagged instruction (``Flags``: ``bytearray.find``) and
+        keeps the marks as times instead: every instruction is visited at a fixed time
+        of each sweep (4 x its place in the sweep: computations in module order, each
+        forward then backward), a clear and an explicit mark note the time they happen
+        (+1, +2: after the visit they happen in), and an instruction is marked when its
+        latest visit or explicit mark in this level is later than its latest clear.
+        Provided (fixed) instructions are never marked by a visit, only explicitly
+        (XLA's ``continue`` before marking them).  Asked at every unmarked visit whether
+        flagged or not: dot / convolution forward (lookahead), manual-region boundaries
+        backward, and open-dims annotations from level 1 (an unflagged memo question is
+        skipped by the memo, so asking it changes nothing)."""
         self.level = level
         self.rec.level = level
         dirty = self.dirty
         dirty.start_level(level)
-        flagged_fw, flagged_bw = dirty.flagged
-        lookahead = dirty.always
+        fw_bits, bw_bits = dirty.flagged[FW].bits, dirty.flagged[BW].bits
         may_combine = level > 0
-        done_ops: set[int] = set()
-        done_users: set[int] = set()
         done_group: set[int] = set()
         graph = self.graph
+        fw_walk, bw_walk = graph.walk
+        fw_pos, bw_pos = graph.walk_pos
+        clear_targets = graph.clear_targets
+        n = len(fw_walk)
+        boundaries = self.boundaries
+        provided = self.provided
+        unspecified = self.unspecified
+        # What a visit leaves in the flags: 1 where the walk asks at every visit.
+        fw_keep = bytearray(n)
+        bw_keep = bytearray(n)
+        for key in dirty.always:
+            fw_keep[fw_pos[key]] = 1
+        for key in boundaries:
+            bw_keep[bw_pos[key]] = 1
+        if may_combine:
+            for key in unspecified:
+                if key in provided and key in fw_pos:
+                    fw_keep[fw_pos[key]] = 1
+                    bw_keep[bw_pos[key]] = 1
+        for keep, bits in ((fw_keep, fw_bits), (bw_keep, bw_bits)):
+            p = keep.find(1)
+            while p >= 0:
+                bits[p] = 1
+                p = keep.find(1, p + 1)
+        # Times (see the docstring) of the latest clear / explicit mark, by position.
+        fw_clear = [-1] * n
+        bw_clear = [-1] * n
+        fw_mark = [-1] * n
+        bw_mark = [-1] * n
+        sweep_time = 8 * n
 
-        def clear_cache(hlo: Instruction, hlo_for_users: Instruction | None = None) -> None:
-            for o in hlo.operands:
-                done_users.discard(id(o))
-            for user in graph.users_of(hlo_for_users or hlo):
-                done_ops.discard(id(user))
-                for c in user.called_computations:
-                    for prm in c.parameters:
-                        done_ops.discard(id(prm))
-            group = self.groups.group_of(hlo)
+        def clear_cache(hlo: Instruction, t: int, hlo_for_users: Instruction | None = None
+                        ) -> None:
+            fw_t, bw_t = clear_targets(hlo)
+            if hlo_for_users is not None:
+                fw_t = clear_targets(hlo_for_users)[0]
+            for q in fw_t:
+                fw_clear[q] = t
+            for q in bw_t:
+                bw_clear[q] = t
+            group = self.groups.group_of(hlo) if self.groups else None
             if group is not None:
                 for m in group:
                     if m is not hlo:
                         done_group.discard(id(m))
 
-        def after_change(inst: Instruction) -> None:
-            changed: list[Instruction] = []
-            self.computation_propagation(inst, changed)
-            clear_cache(inst)
-            for h in changed:
-                clear_cache(h)
+        def after_change(inst: Instruction, t: int) -> None:
+            op = inst.opcode
+            if op in CONTROL_FLOW or op == "custom-call" or op == "parameter" or \
+                    graph.is_root(inst):   # (else computation_propagation does nothing)
+                changed: list[Instruction] = []
+                self.computation_propagation(inst, changed)
+                clear_cache(inst, t)
+                for h in changed:
+                    clear_cache(h, t)
+            else:
+                clear_cache(inst, t)
 
-        boundaries = self.boundaries
-        provided = self.provided
-        unspecified = self.unspecified
         unchanged = self.unchanged
         forward = unchanged.forward
         backward = unchanged.backward
@@ -573,12 +635,12 @@ class Propagator:
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
-            for comp in graph.computations:
-                order = graph.post_orders[comp.name]
-                keyed, keyed_reversed = graph.keyed_orders[comp.name]
+            base = iterations * sweep_time
+            for comp, a, b in graph.walk_ranges:
                 if self.groups:
                     self.direction = "shard-group"
-                    for inst in order:
+                    t = base + 8 * a - 1   # (after the previous computation's visits)
+                    for inst in graph.post_orders[comp.name]:
                         key = id(inst)
                         group = self.groups.group_of(inst)
                         if key in done_group or group is None:
@@ -587,64 +649,98 @@ class Propagator:
                             if may_combine and key in self.unspecified and \
                                     sg.refine_open_dims_from_group(self, inst,
                                                                    self.unspecified[key], group):
-                                clear_cache(inst)
+                                clear_cache(inst, t)
                                 done_group.add(key)
                                 changed_last = True
                             continue
                         done_group.add(key)
                         if sg.infer_from_group(self, inst, group):
-                            after_change(inst)
+                            after_change(inst, t)
                             changed_last = True
                 self.direction = "forward"
-                for key, inst in keyed:
-                    if key in done_ops:
-                        continue
+                t0 = base + 4 * a
+                i = a - 1
+                while True:
+                    i += 1   # (the next position, else a jump: ``find`` costs ~10 steps)
+                    if i >= b:
+                        break
+                    if not fw_bits[i]:
+                        i = fw_bits.find(1, i, b)
+                        if i < 0:
+                            break
+                    key, inst = fw_walk[i]
+                    now = t0 + 4 * i
                     if key in provided:
+                        fw_bits[i] = fw_keep[i]
                         if not may_combine or key not in unspecified:
+                            continue
+                        m = fw_mark[i]
+                        if m >= 0 and m > fw_clear[i]:
                             continue
                         ok, conv = unspec.from_operand(self, inst, unspecified[key])
                         if ok:
-                            clear_cache(inst, conv)
-                            done_ops.add(key)
+                            clear_cache(inst, now + 1, conv)
+                            fw_mark[i] = now + 2
                             changed_last = True
                         continue
-                    done_ops.add(key)
-                    # (DirtySet.take, inlined: this runs once per instruction and sweep)
-                    if key in flagged_fw:
-                        flagged_fw.discard(key)
-                    elif key not in lookahead:
-                        continue
+                    last = now - sweep_time   # (its visit in the previous sweep)
+                    m = fw_mark[i]
+                    if m > last:
+                        last = m
+                    if last >= 0 and last > fw_clear[i]:
+                        continue              # marked: the flag waits
+                    fw_bits[i] = fw_keep[i]
                     if forward(inst):
-                        after_change(inst)
+                        after_change(inst, now + 1)
                         changed_last = True
                 if unchanged.check:
-                    unchanged.check_unflagged(order, FW, dirty)
+                    unchanged.check_unflagged(graph.post_orders[comp.name], FW, dirty)
                 self.direction = "backward"
-                for key, inst in keyed_reversed:
-                    if key in boundaries and key not in done_users:
-                        done_users.discard(id(inst.operands[0]))
-                    if key in done_users:
+                t0 = base + 4 * b
+                i = a - 1
+                while True:
+                    i += 1   # (the next position, else a jump: ``find`` costs ~10 steps)
+                    if i >= b:
+                        break
+                    if not bw_bits[i]:
+                        i = bw_bits.find(1, i, b)
+                        if i < 0:
+                            break
+                    key, inst = bw_walk[i]
+                    now = t0 + 4 * i
+                    is_provided = key in provided
+                    m = bw_mark[i]
+                    if is_provided:
+                        last = m
+                    else:
+                        last = now - sweep_time
+                        if m > last:
+                            last = m
+                    done = last >= 0 and last > bw_clear[i]
+                    if key in boundaries and not done:
+                        q = bw_pos.get(id(inst.operands[0]))
+                        if q is not None:
+                            bw_clear[q] = now + 1
+                    if done:
                         continue
-                    if key in provided:
+                    if is_provided:
+                        bw_bits[i] = bw_keep[i]
                         if not may_combine or key not in unspecified:
                             continue
                         ok, conv = unspec.from_users(self, inst, unspecified[key], level)
                         if ok:
-                            clear_cache(inst, conv)
-                            done_users.add(key)
-                            if conv is not None:
-                                done_users.add(id(conv))
+                            clear_cache(inst, now + 1, conv)
+                            bw_mark[i] = now + 2
+                            if conv is not None and id(conv) in bw_pos:
+                                bw_mark[bw_pos[id(conv)]] = now + 2
                             changed_last = True
                         continue
-                    done_users.add(key)
-                    if key not in flagged_bw:
-                        continue
-                    flagged_bw.discard(key)
+                    bw_bits[i] = bw_keep[i]
                     if backward(inst):
-                        after_change(inst)
+                        after_change(inst, now + 1)
                         changed_last = True
                 if unchanged.check:
-                    unchanged.check_unflagged(order, BW, dirty)
+                    unchanged.check_unflagged(graph.post_orders[comp.name], BW, dirty)
             self.iterations += 1
             iterations += 1
         self.level_iterations.append(iterations)

@@ -6,6 +6,7 @@ MakeInstructionPostOrder order, users in program order, computations in module o
 """
 from __future__ import annotations
 
+import operator
 from typing import Iterable
 
 from hlo_spmd.ir.computation import Computation
@@ -107,7 +108,11 @@ def is_passthrough_custom_call(inst: Instruction) -> bool:
 def post_order(comp: Computation) -> list[Instruction]:
     """XLA's MakeInstructionPostOrder: DFS from each user-less instruction in list order,
     first operand first, control predecessors before operands."""
-    insts = _list_order(comp)
+    return _post_order(_list_order(comp))
+
+
+def _post_order(insts: list[Instruction]) -> list[Instruction]:
+    """``post_order`` of a computation's instructions in list order."""
     has_users: set[int] = set()
     for inst in insts:
         for op in inst.operands:
@@ -145,10 +150,13 @@ def _dfs(root: Instruction, state: dict[int, int], order: list[Instruction]) -> 
                 stack.append(op)
 
 
+_by_id = operator.attrgetter("id")
+
+
 def _list_order(comp: Computation) -> list[Instruction]:
     insts = list(comp.instructions)
     if insts and all(i.id >= 0 for i in insts):
-        return sorted(insts, key=lambda i: i.id)
+        return sorted(insts, key=_by_id)
     return insts
 
 
@@ -159,27 +167,43 @@ class Graph:
         self.module = module
         self.computations: list[Computation] = list(module.computations)
         self.post_orders: dict[str, list[Instruction]] = {}
-        # Per computation, the post order as (id, instruction) pairs, forward and
-        # reversed: the fix point visits every instruction per sweep and keys its caches
-        # by id, so the ids are taken once here instead of once per visit.
-        self.keyed_orders: dict[str, tuple[list[tuple[int, Instruction]],
-                                           list[tuple[int, Instruction]]]] = {}
         self.users: dict[int, list[Instruction]] = {}
         self.callers_of: dict[int, list[Instruction]] = {}
+        # The fix point's walk as positions: per direction (0 forward, 1 backward) every
+        # (id, instruction) of the module in walk order (computations in module order,
+        # each in post order forward, reversed backward) and id -> position; per
+        # computation its range of positions, [start, end) in both directions.
+        fwalk: list[tuple[int, Instruction]] = []
+        bwalk: list[tuple[int, Instruction]] = []
+        self.walk = (fwalk, bwalk)
+        self.walk_ranges: list[tuple[Computation, int, int]] = []
+        users = self.users
         for comp in self.computations:
-            order = post_order(comp)
+            insts = _list_order(comp)
+            order = _post_order(insts)
             self.post_orders[comp.name] = order
+            start = len(fwalk)
             pairs = [(id(i), i) for i in order]
-            self.keyed_orders[comp.name] = (pairs, pairs[::-1])
-            for inst in _list_order(comp):
-                self.users.setdefault(id(inst), [])
-                seen: set[int] = set()
-                for op in inst.operands:
-                    if id(op) not in seen:
-                        seen.add(id(op))
-                        self.users.setdefault(id(op), []).append(inst)
+            fwalk.extend(pairs)
+            bwalk.extend(reversed(pairs))
+            self.walk_ranges.append((comp, start, len(fwalk)))
+            for inst in insts:
+                if id(inst) not in users:
+                    users[id(inst)] = []
+                ops = inst.operands
+                if len(ops) == 1:
+                    users.setdefault(id(ops[0]), []).append(inst)
+                elif ops:
+                    seen: set[int] = set()
+                    for op in ops:
+                        if id(op) not in seen:
+                            seen.add(id(op))
+                            users.setdefault(id(op), []).append(inst)
                 for callee in inst.called_computations:
                     self.callers_of.setdefault(id(callee), []).append(inst)
+        self.walk_pos: tuple[dict[int, int], dict[int, int]] = (
+            {key: k for k, (key, _inst) in enumerate(fwalk)},
+            {key: k for k, (key, _inst) in enumerate(bwalk)})
         entry = module.entry
         self.entry_root = entry.root if entry is not None else None
         # computation -> the while / conditional / call instruction that owns it
@@ -188,6 +212,24 @@ class Graph:
         # id(user) -> {id(operand): its operand positions}, built on first use.
         self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
         self._non_root_users: dict[int, int] = {}
+        self._clear_targets: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def clear_targets(self, inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Walk positions whose ``already inferred`` mark a change of ``inst`` clears:
+        forward, its users and the parameters of the computations they call; backward,
+        its operands (XLA's ``clear_cache``; computed once per instruction)."""
+        key = id(inst)
+        r = self._clear_targets.get(key)
+        if r is None:
+            fpos, bpos = self.walk_pos
+            fw: list[int] = []
+            for user in self.users_of(inst):
+                fw.append(fpos[id(user)])
+                for c in user.called_computations:
+                    fw.extend(fpos[id(prm)] for prm in c.parameters if id(prm) in fpos)
+            bw = [bpos[id(o)] for o in inst.operands if id(o) in bpos]
+            r = self._clear_targets[key] = (tuple(fw), tuple(bw))
+        return r
 
     def instructions(self) -> Iterable[Instruction]:
         for comp in self.computations:

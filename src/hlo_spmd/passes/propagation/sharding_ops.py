@@ -22,6 +22,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.sharding import (HloSharding, merge_if_compatible, partial_replicate_all_except,
                                transpose_sharding, with_tile_assignment)
+from hlo_spmd.sharding.algebra import memoised
 
 _CACHE = 65536
 
@@ -66,6 +67,13 @@ def remove_shape_dims(s: HloSharding, dims: Iterable[int]) -> HloSharding:
     dims_t = tuple(dims)
     if s.is_tile_maximal or not dims_t or not s.is_tiled:
         return s
+    return _remove_tile_dims(s, dims_t)
+
+
+@memoised
+def _remove_tile_dims(s: HloSharding, dims_t: tuple[int, ...]) -> HloSharding:
+    # (memoised: the same candidate object for the same inputs, so the propagator's
+    # identity-keyed verdicts and skip memo see the repeated layers as repeats)
     ta = s.tile_assignment
     assert ta is not None
     new_dims = [d for i, d in enumerate(ta.dims) if i not in dims_t]
