@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -76,12 +77,33 @@ class Layout:
         return self.tiles == other.tiles and bool(np.array_equal(self.coords, other.coords))
 
     def tile_ids(self) -> np.ndarray:
+        """Per logical device, the flat index of the tile it holds (read-only)."""
+        return self._tile_ids
+
+    # A layout's coords never change after it is made (every transform copies), and
+    # route search asks the same layouts for their tile ids and memo keys many times:
+    # both are O(devices) work, done once per layout object.
+    @cached_property
+    def _tile_ids(self) -> np.ndarray:
         if not self.tiles:
-            return np.zeros(self.num_devices, np.int64)
-        return np.ravel_multi_index(tuple(self.coords.T), self.tiles).astype(np.int64)
+            out = np.zeros(self.num_devices, np.int64)
+        else:
+            out = np.ravel_multi_index(tuple(self.coords.T), self.tiles).astype(np.int64)
+        out.flags.writeable = False
+        return out
+
+    @cached_property
+    def key(self) -> tuple:
+        """The layout as a hashable value (tiles, coords' shape, dtype and bytes)."""
+        c = self.coords
+        return (self.tiles, c.shape, c.dtype.str, c.tobytes())
 
     def balanced(self) -> bool:
         """Every tile held by the same number of devices (a valid sharding)."""
+        return self._balanced
+
+    @cached_property
+    def _balanced(self) -> bool:
         counts = np.bincount(self.tile_ids(), minlength=math.prod(self.tiles))
         return bool(np.all(counts == self.replication)) and \
             self.replication * math.prod(self.tiles) == self.num_devices
@@ -127,6 +149,17 @@ def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     out = np.empty((num_devices, rank), np.int64)
     out[devices] = coords[:, :rank]
     return Layout(tuple(int(t) for t in s.tile_dims_for_data()), out)
+
+
+def _rows_all(mask: np.ndarray) -> np.ndarray:
+    """``np.all(mask, axis=1)`` for a ``[devices, rank]`` mask, one column at a time:
+    numpy reduces a short trailing axis row by row (~5x slower at 2048 devices)."""
+    if mask.shape[1] == 0:
+        return np.ones(mask.shape[0], bool)
+    out = mask[:, 0].copy()
+    for k in range(1, mask.shape[1]):
+        out &= mask[:, k]
+    return out
 
 
 def _local(tiles: Sequence[int], dims: Sequence[int]) -> tuple[int, ...]:
@@ -201,13 +234,29 @@ _STEP_GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
 def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
-    key = (step_key, lay.tiles, lay.coords.shape, lay.coords.dtype.str, lay.coords.tobytes())
+    key = (step_key, lay.key)
     if key in _STEP_GROUPS:
         return _STEP_GROUPS[key]
     out = make(lay)
     if out is not None:
         out.flags.writeable = False
     return _STEP_GROUPS.put(key, out)
+
+
+# Layouts after a gather or an all-to-all per distinct (step, layout, dims): route search
+# realizes and then simulates every candidate chain, mostly the same steps from the same
+# layouts. A shared result also keeps its cached tile ids and key for the next lookups.
+_APPLIED = BoundedMemo(4096)  # keys hold O(devices) bytes
+
+
+def _applied(step_key: tuple, lay: "Layout", dims: tuple[int, ...], make) -> "Layout | None":
+    key = (step_key, lay.key, dims)
+    if key in _APPLIED:
+        return _APPLIED[key]
+    out = make(lay, dims)
+    if out is not None:
+        out.coords.flags.writeable = False
+    return _APPLIED.put(key, out)
 
 
 # -- steps -----------------------------------------------------------------------------------
@@ -238,8 +287,7 @@ class Slice(Step):
         # Pure in the two layouts and the dims, and asked for by route search and emit
         # alike: one computation per distinct value (the arrays are [num_devices, rank],
         # so this is work that grows with the device count). Results are read-only.
-        key = (lay.tiles, self.to.tiles, tuple(int(v) for v in dims),
-               lay.coords.tobytes(), self.to.coords.tobytes())
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims))
         if key in _OFFSETS:
             return _OFFSETS[key]
         out = self._offsets_uncached(lay, dims)
@@ -256,8 +304,8 @@ class Slice(Step):
         xe = np.minimum(xs + lx, d)
         ys = self.to.coords * ly
         ye = np.minimum(ys + ly, d)
-        empty = np.any(ys >= d, axis=1)  # the whole tile is padding
-        ok = np.all((xs <= ys) & (ye <= xe), axis=1) | empty
+        empty = ~_rows_all(ys < d)  # the whole tile is padding
+        ok = _rows_all((xs <= ys) & (ye <= xe)) | empty
         if not np.all(ok):
             return None
         off = np.where(empty[:, None], 0, ys - xs)
@@ -296,6 +344,9 @@ class AllGather(Step):
     collectives = 1
 
     def apply(self, lay, dims):
+        return _applied(("all-gather", self.dim, self.factor), lay, tuple(dims), self._apply)
+
+    def _apply(self, lay, dims):
         t = lay.tiles[self.dim]
         f = self.factor
         if f < 2 or t % f:
@@ -359,6 +410,9 @@ class AllToAll(Step):
         return out
 
     def apply(self, lay, dims):
+        return _applied(("all-to-all", self.moves), lay, tuple(dims), self._apply)
+
+    def _apply(self, lay, dims):
         if not self.moves or any(f < 2 for _, _, f in self.moves):
             return None
         fa, fb = self._factors()
@@ -567,6 +621,11 @@ def plan_cost(plan: Plan) -> float:
     return plan.cost
 
 
+# Refinements per distinct (layout, tiles, preference): route search realizes several
+# specs of one reshard, and they refine the same layouts the same way (O(devices) sorts).
+_REFINED = BoundedMemo(1024)  # keys hold O(devices) bytes
+
+
 def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Layout | None:
     """A layout with ``tiles`` (each a multiple of the current count) where every device
     takes a sub-tile of its tile, ``prefer``-red coordinates where capacity allows."""
@@ -576,6 +635,17 @@ def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Lay
     g = tuple(t // c for t, c in zip(tiles, lay.tiles))
     if all(v == 1 for v in g):
         return lay
+    key = (lay.key, tiles, None if prefer is None else (prefer.shape, prefer.tobytes()))
+    if key in _REFINED:
+        return _REFINED[key]
+    out = _refine_uncached(lay, tiles, g, prefer)
+    if out is not None:
+        out.coords.flags.writeable = False
+    return _REFINED.put(key, out)
+
+
+def _refine_uncached(lay: Layout, tiles: tuple[int, ...], g: tuple[int, ...],
+                     prefer: np.ndarray | None) -> Layout | None:
     n = lay.num_devices
     nsub = math.prod(g)
     total = math.prod(tiles)
@@ -586,7 +656,7 @@ def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Lay
     pref = np.full(n, -1, np.int64)
     if prefer is not None:
         p = prefer - lay.coords * np.asarray(g, np.int64)
-        inside = np.all((p >= 0) & (p < np.asarray(g, np.int64)), axis=1)
+        inside = _rows_all((p >= 0) & (p < np.asarray(g, np.int64)))
         if inside.any():
             pref[inside] = np.ravel_multi_index(tuple(p[inside].T), g)
     sub = _assign(region, pref, nsub, cap)
@@ -746,8 +816,8 @@ def _preimage(plain: list[Step], src: Layout, dst: Layout, dims) -> \
             coarse = lay
             region = coarse.tile_ids()
             guide = fwd[i]
-            match = np.all(np.delete(guide.coords, k, axis=1) ==
-                           np.delete(coarse.coords, k, axis=1), axis=1) & \
+            match = _rows_all(np.delete(guide.coords, k, axis=1) ==
+                              np.delete(coarse.coords, k, axis=1)) & \
                 (guide.coords[:, k] // f == coarse.coords[:, k])
             pref = np.where(match, guide.coords[:, k] % f, -1)
             cap = coarse.replication // f
@@ -801,8 +871,7 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
     The first is None when no other plan applies. Plans are cached per (layouts, dims,
     element size): a model reshards the same way many times."""
     dims = tuple(int(d) for d in dims)
-    key = (src.tiles, src.tile_ids().tobytes(), dst.tiles, dst.tile_ids().tobytes(), dims,
-           float(itemsize))
+    key = (src.key, dst.key, dims, float(itemsize))
     hit = _PLAN_CACHE.get(key)
     if hit is not None:
         return hit
