@@ -297,18 +297,26 @@ class Slice(Step):
         return _OFFSETS.put(key, out)
 
     def _offsets_uncached(self, lay: Layout, dims):
-        d = np.asarray(dims, np.int64)
         lx = np.asarray(_local(lay.tiles, dims), np.int64)
         ly = np.asarray(_local(self.to.tiles, dims), np.int64)
-        xs = lay.coords * lx
-        xe = np.minimum(xs + lx, d)
-        ys = self.to.coords * ly
-        ye = np.minimum(ys + ly, d)
-        empty = ~_rows_all(ys < d)  # the whole tile is padding
-        ok = _rows_all((xs <= ys) & (ye <= xe)) | empty
+        n, rank = self.to.coords.shape
+        # Dim by dim on [devices] columns: numpy broadcasts a [devices, rank] array
+        # against a [rank] row several times slower than it runs rank 1-D operations.
+        empty = np.zeros(n, bool)  # the whole target tile is padding
+        ok = np.ones(n, bool)
+        starts = []
+        for k in range(rank):
+            d, a, b = int(dims[k]), int(lx[k]), int(ly[k])
+            xs = lay.coords[:, k] * a
+            ys = self.to.coords[:, k] * b
+            empty |= ys >= d
+            ok &= (xs <= ys) & (np.minimum(ys + b, d) <= np.minimum(xs + a, d))
+            starts.append(ys - xs)
+        ok |= empty
         if not np.all(ok):
             return None
-        off = np.where(empty[:, None], 0, ys - xs)
+        off = np.stack(starts, axis=1) if rank else np.zeros((n, 0), np.int64)
+        off[empty] = 0
         return off, lx, ly
 
     def __repr__(self) -> str:
