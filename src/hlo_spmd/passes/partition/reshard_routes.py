@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
@@ -55,12 +54,17 @@ __all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "chosen_plan",
            "Slice", "AllGather", "AllToAll", "Permute", "Plan"]
 
 
+# The records here are plain classes, not dataclasses: they need no generated equality,
+# and a dataclass costs ~1 ms of start-up each (Python 3.11 compiles its methods).
+
 # -- layouts ---------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
 class Layout:
-    """``tiles[k]`` tiles along dim k; ``coords[d]`` the data tile logical device d holds."""
-    tiles: tuple[int, ...]
-    coords: np.ndarray  # [num_devices, rank] int64
+    """``tiles[k]`` tiles along dim k; ``coords[d]`` the data tile logical device d holds.
+    Equality is identity (compare with ``same_as``); never changed once made."""
+
+    def __init__(self, tiles: tuple[int, ...], coords: np.ndarray) -> None:
+        self.tiles = tiles
+        self.coords = coords  # [num_devices, rank] int64
 
     @property
     def num_devices(self) -> int:
@@ -278,10 +282,11 @@ class Step:
 _OFFSETS = BoundedMemo(4096)
 
 
-@dataclass(eq=False, repr=False)
 class Slice(Step):
     """Cut ``to``'s tile out of the local buffer (pad first where a tile runs past it)."""
-    to: Layout
+
+    def __init__(self, to: Layout) -> None:
+        self.to = to
 
     def _offsets(self, lay: Layout, dims):
         # Pure in the two layouts and the dims, and asked for by route search and emit
@@ -344,12 +349,16 @@ class Slice(Step):
         return ctx.b.dynamic_slice(x, starts, [int(v) for v in ly])
 
 
-@dataclass(eq=False)
 class AllGather(Step):
     """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index)."""
-    dim: int
-    factor: int
     collectives = 1
+
+    def __init__(self, dim: int, factor: int) -> None:
+        self.dim = dim
+        self.factor = factor
+
+    def __repr__(self) -> str:
+        return f"AllGather(dim={self.dim!r}, factor={self.factor!r})"
 
     def apply(self, lay, dims):
         return _applied(("all-gather", self.dim, self.factor), lay, tuple(dims), self._apply)
@@ -388,13 +397,17 @@ class AllGather(Step):
         return slice_to(ctx, x, _local(new.tiles, dims))
 
 
-@dataclass(eq=False)
 class AllToAll(Step):
     """Tiling factors move between dims in one all-to-all: for each ``(a, b, f)`` the next
     minor factor ``f`` of dim ``a``'s tile index becomes the next minor factor of dim
     ``b``'s. A dim may give to several dims or receive from several; no dim does both."""
-    moves: tuple[tuple[int, int, int], ...]
     collectives = 1
+
+    def __init__(self, moves: tuple[tuple[int, int, int], ...]) -> None:
+        self.moves = moves
+
+    def __repr__(self) -> str:
+        return f"AllToAll(moves={self.moves!r})"
 
     @property
     def group_size(self) -> int:
@@ -543,12 +556,13 @@ class AllToAll(Step):
         return slice_to(ctx, y, _local(new.tiles, dims))
 
 
-@dataclass(eq=False, repr=False)
 class Permute(Step):
     """Same tiling on other devices: one collective-permute; a device already holding its
     new tile sends to itself."""
-    to: Layout
     collectives = 1
+
+    def __init__(self, to: Layout) -> None:
+        self.to = to
 
     def apply(self, lay, dims):
         if lay.tiles != self.to.tiles or not self.to.balanced():
@@ -585,14 +599,18 @@ class Permute(Step):
 
 
 # -- plans -----------------------------------------------------------------------------------
-@dataclass(eq=False)
 class Plan:
-    steps: list[Step]
-    cost: float = 0.0
-    collectives: int = 0
-    through_replicated: bool = False
-    name: str = ""
-    layouts: list[Layout] = field(default_factory=list)
+    """A chain of steps with its cost and the layouts it passes through."""
+
+    def __init__(self, steps: list[Step], cost: float = 0.0, collectives: int = 0,
+                 through_replicated: bool = False, name: str = "",
+                 layouts: list[Layout] | None = None) -> None:
+        self.steps = steps
+        self.cost = cost
+        self.collectives = collectives
+        self.through_replicated = through_replicated
+        self.name = name
+        self.layouts = [] if layouts is None else layouts
 
     def key(self) -> tuple:
         return (self.cost, self.collectives, len(self.steps))
@@ -699,8 +717,7 @@ def _prefer_for(dst: Layout, tiles: Sequence[int]) -> np.ndarray:
     return out
 
 
-@dataclass
-class _Spec:
+class _Spec(NamedTuple):
     pre: tuple[int, ...]                       # pre-slice factors per dim
     moves: tuple[tuple[int, int, int], ...]    # all-to-all moves (a, b, f)
     combine: bool                              # one all-to-all for all moves
