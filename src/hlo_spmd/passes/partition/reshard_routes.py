@@ -211,8 +211,15 @@ def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.nda
     num_regions = int(region.max()) + 1 if n else 0
     if np.any(np.bincount(region, minlength=num_regions) != nsub * cap):
         return None
-    out = np.full(n, -1, np.int64)
     has = pref >= 0
+    if has.all():
+        # Every device has a preference: when each (region, sub-position) is preferred
+        # by exactly ``cap`` devices, the preferences are the answer (what the general
+        # path below gives, without its sorts).
+        counts = np.bincount(region * nsub + pref, minlength=num_regions * nsub)
+        if counts.size == num_regions * nsub and np.all(counts == cap):
+            return pref.astype(np.int64, copy=True)
+    out = np.full(n, -1, np.int64)
     key = np.where(has, region * nsub + pref, -1)
     order = np.lexsort((np.arange(n), key))
     sk = key[order]
