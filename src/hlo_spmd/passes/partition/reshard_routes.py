@@ -659,19 +659,20 @@ def plan_cost(plan: Plan) -> float:
 _REFINED = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
-def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Layout | None:
+def _refine(lay: Layout, tiles: Sequence[int], prefer: Layout | None) -> Layout | None:
     """A layout with ``tiles`` (each a multiple of the current count) where every device
-    takes a sub-tile of its tile, ``prefer``-red coordinates where capacity allows."""
+    takes a sub-tile of its tile, ``prefer``'s coordinates where capacity allows (a
+    preference may hold -1: none, see ``_prefer_for``)."""
     tiles = tuple(int(t) for t in tiles)
     if any(t % c for t, c in zip(tiles, lay.tiles)):
         return None
     g = tuple(t // c for t, c in zip(tiles, lay.tiles))
     if all(v == 1 for v in g):
         return lay
-    key = (lay.key, tiles, None if prefer is None else (prefer.shape, prefer.tobytes()))
+    key = (lay.key, tiles, None if prefer is None else prefer.key)
     if key in _REFINED:
         return _REFINED[key]
-    out = _refine_uncached(lay, tiles, g, prefer)
+    out = _refine_uncached(lay, tiles, g, None if prefer is None else prefer.coords)
     if out is not None:
         out.coords.flags.writeable = False
     return _REFINED.put(key, out)
@@ -686,17 +687,27 @@ def _refine_uncached(lay: Layout, tiles: tuple[int, ...], g: tuple[int, ...],
         return None
     cap = n // total
     region = lay.tile_ids()
-    pref = np.full(n, -1, np.int64)
-    if prefer is not None:
-        p = prefer - lay.coords * np.asarray(g, np.int64)
-        inside = _rows_all((p >= 0) & (p < np.asarray(g, np.int64)))
-        if inside.any():
-            pref[inside] = np.ravel_multi_index(tuple(p[inside].T), g)
+    # Dim by dim on [devices] columns (numpy broadcasts [devices, rank] against a [rank]
+    # row several times slower): the preferred sub-tile, row-major over ``g``.
+    if prefer is None:
+        pref = np.full(n, -1, np.int64)
+    else:
+        inside = np.ones(n, bool)
+        flat = np.zeros(n, np.int64)
+        for k, gk in enumerate(g):
+            pk = prefer[:, k] - lay.coords[:, k] * gk
+            inside &= (pk >= 0) & (pk < gk)
+            flat = flat * gk + pk
+        pref = np.where(inside, flat, -1)
     sub = _assign(region, pref, nsub, cap)
     if sub is None:
         return None
-    subc = np.stack(np.unravel_index(sub, g), axis=1) if g else np.zeros((n, 0), np.int64)
-    return Layout(tiles, lay.coords * np.asarray(g, np.int64) + subc)
+    cols = []
+    stride = nsub
+    for k, gk in enumerate(g):
+        stride //= gk
+        cols.append(lay.coords[:, k] * gk + (sub // stride) % gk)
+    return Layout(tiles, np.stack(cols, axis=1))
 
 
 def refinable(size: int, have: int, want: int) -> bool:
@@ -715,13 +726,23 @@ def refinable(size: int, have: int, want: int) -> bool:
     return bool(np.all((ys >= size) | ((xs <= ys) & (ye <= xe))))
 
 
-def _prefer_for(dst: Layout, tiles: Sequence[int]) -> np.ndarray:
-    """dst's coordinates coarsened to ``tiles`` (dims whose count does not divide dst's:
-    -1, no preference)."""
+_PREFER = BoundedMemo(1024)  # keys hold O(devices) bytes
+
+
+def _prefer_for(dst: Layout, tiles: Sequence[int]) -> Layout:
+    """A preference for ``_refine``: dst's coordinates coarsened to ``tiles`` (dims whose
+    count does not divide dst's: -1, no preference). Not a sharding's layout (the -1s),
+    only its coordinates and key are read. One per distinct (dst, tiles)."""
+    tiles = tuple(int(t) for t in tiles)
+    key = (dst.key, tiles)
+    hit = _PREFER.get(key)
+    if hit is not None:
+        return hit
     out = np.empty_like(dst.coords)
     for k, (t, c) in enumerate(zip(dst.tiles, tiles)):
         out[:, k] = dst.coords[:, k] // (t // c) if t % c == 0 else -1
-    return out
+    out.flags.writeable = False
+    return _PREFER.put(key, Layout(tiles, out))
 
 
 class _Spec(NamedTuple):
@@ -814,7 +835,7 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
             st = AllGather(k, c)
             lay = st.apply(lay, dims)
             steps.append(st)
-    new = _refine(lay, dst.tiles, dst.coords)
+    new = _refine(lay, dst.tiles, dst)
     if new is None:
         return None
     if new is not lay:
