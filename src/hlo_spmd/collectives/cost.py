@@ -30,7 +30,7 @@ XLA's own partitioner writes the last). Empty groups mean every participant: the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.shape import Shape
@@ -119,9 +119,9 @@ def bytes_per_device(kind: str, operand_bytes: float, result_bytes: float, g: in
     raise ValueError(f"not a collective kind: {kind}")
 
 
-@dataclass(frozen=True)
-class CollectiveCost:
-    """One collective instruction's cost (one execution)."""
+class CollectiveCost(NamedTuple):
+    """One collective instruction's cost (one execution). A NamedTuple, not a dataclass:
+    a dataclass costs ~1 ms of start-up (Python 3.11 compiles its methods)."""
 
     name: str
     kind: str

@@ -131,10 +131,19 @@ def tile_coords(sharding: HloSharding) -> tuple[np.ndarray, np.ndarray]:
     ta = sharding.tile_assignment
     if ta is None:
         raise ShardingError(f"{sharding} has no tile assignment")
-    n = ta.num_devices
-    coords = np.stack(np.unravel_index(np.arange(n, dtype=np.int64), ta.dims), axis=1) \
-        if ta.ndim else np.zeros((n, 0), np.int64)
-    return ta.flat(), coords.astype(np.int64, copy=False)
+    return ta.flat(), _position_coords(ta.dims)
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _position_coords(dims: tuple[int, ...]) -> np.ndarray:
+    """``[N, ndim]`` row-major coordinates of every position of a ``dims`` array
+    (read-only): the same few tile-array shapes are asked for by every sharding map."""
+    n = math.prod(dims)
+    coords = np.stack(np.unravel_index(np.arange(n, dtype=np.int64), dims), axis=1) \
+        if dims else np.zeros((n, 0), np.int64)
+    coords = coords.astype(np.int64, copy=False)
+    coords.flags.writeable = False
+    return coords
 
 
 def _total_devices(sharding: HloSharding, num_devices: int | None) -> int:

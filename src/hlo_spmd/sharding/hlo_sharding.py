@@ -19,9 +19,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,8 +53,7 @@ _SUBGROUP_NAMES = {ShardingType.MANUAL: "manual", ShardingType.MAXIMAL: "maximal
                    ShardingType.REPLICATED: "replicated", ShardingType.UNREDUCED: "unreduced"}
 
 
-@dataclass(frozen=True)
-class ShardGroup:
+class ShardGroup(NamedTuple):
     """``shard_as N`` (hard: shard exactly alike) or ``shard_like N`` (soft hint)."""
 
     id: int

@@ -7,7 +7,7 @@ trip is lossless.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["OpMetadata", "c_escape"]
 
@@ -36,9 +36,10 @@ def c_escape(text: str) -> str:
     return "".join(out)
 
 
-@dataclass(frozen=True)
-class OpMetadata:
-    """The text-visible OpMetadata fields (defaults mean "unset", as in proto3)."""
+class OpMetadata(NamedTuple):
+    """The text-visible OpMetadata fields (defaults mean "unset", as in proto3). A
+    NamedTuple, not a dataclass: ~1 ms less start-up (Python 3.11 compiles a dataclass's
+    methods)."""
 
     op_type: str = ""
     op_name: str = ""
@@ -52,7 +53,7 @@ class OpMetadata:
     scheduling_name: str = ""
     stack_frame_id: int = 0
     # Serialized OpMetadata holding only the fields not modelled above.
-    extra: bytes = field(default=b"", compare=True)
+    extra: bytes = b""
 
     def to_text(self) -> str:
         """XLA's OpMetadataToString: set fields only, in XLA's order."""

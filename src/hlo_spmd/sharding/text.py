@@ -20,7 +20,7 @@ included, so printing reproduces XLA's output.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.sharding.hlo_sharding import (_SUBGROUP_NAMES, HloSharding, ShardGroup,
@@ -87,8 +87,7 @@ def sharding_to_string(s: HloSharding, include_metadata: bool = False) -> str:
 
 
 # -- lexing -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Tok:
+class _Tok(NamedTuple):  # not a dataclass: ~1 ms less start-up
     kind: str      # '{', '}', '[', ']', '(', ')', ',', '=', '<=', 'int', 'ident', 'str', 'eof'
     text: str
     pos: int

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
@@ -54,12 +54,17 @@ __all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "chosen_plan",
            "Slice", "AllGather", "AllToAll", "Permute", "Plan"]
 
 
+# The records here are plain classes, not dataclasses: they need no generated equality,
+# and a dataclass costs ~1 ms of start-up each (Python 3.11 compiles its methods).
+
 # -- layouts ---------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
 class Layout:
-    """``tiles[k]`` tiles along dim k; ``coords[d]`` the data tile logical device d holds."""
-    tiles: tuple[int, ...]
-    coords: np.ndarray  # [num_devices, rank] int64
+    """``tiles[k]`` tiles along dim k; ``coords[d]`` the data tile logical device d holds.
+    Equality is identity (compare with ``same_as``); never changed once made."""
+
+    def __init__(self, tiles: tuple[int, ...], coords: np.ndarray) -> None:
+        self.tiles = tiles
+        self.coords = coords  # [num_devices, rank] int64
 
     @property
     def num_devices(self) -> int:
@@ -76,12 +81,33 @@ class Layout:
         return self.tiles == other.tiles and bool(np.array_equal(self.coords, other.coords))
 
     def tile_ids(self) -> np.ndarray:
+        """Per logical device, the flat index of the tile it holds (read-only)."""
+        return self._tile_ids
+
+    # A layout's coords never change after it is made (every transform copies), and
+    # route search asks the same layouts for their tile ids and memo keys many times:
+    # both are O(devices) work, done once per layout object.
+    @cached_property
+    def _tile_ids(self) -> np.ndarray:
         if not self.tiles:
-            return np.zeros(self.num_devices, np.int64)
-        return np.ravel_multi_index(tuple(self.coords.T), self.tiles).astype(np.int64)
+            out = np.zeros(self.num_devices, np.int64)
+        else:
+            out = np.ravel_multi_index(tuple(self.coords.T), self.tiles).astype(np.int64)
+        out.flags.writeable = False
+        return out
+
+    @cached_property
+    def key(self) -> tuple:
+        """The layout as a hashable value (tiles, coords' shape, dtype and bytes)."""
+        c = self.coords
+        return (self.tiles, c.shape, c.dtype.str, c.tobytes())
 
     def balanced(self) -> bool:
         """Every tile held by the same number of devices (a valid sharding)."""
+        return self._balanced
+
+    @cached_property
+    def _balanced(self) -> bool:
         counts = np.bincount(self.tile_ids(), minlength=math.prod(self.tiles))
         return bool(np.all(counts == self.replication)) and \
             self.replication * math.prod(self.tiles) == self.num_devices
@@ -129,6 +155,17 @@ def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     return Layout(tuple(int(t) for t in s.tile_dims_for_data()), out)
 
 
+def _rows_all(mask: np.ndarray) -> np.ndarray:
+    """``np.all(mask, axis=1)`` for a ``[devices, rank]`` mask, one column at a time:
+    numpy reduces a short trailing axis row by row (~5x slower at 2048 devices)."""
+    if mask.shape[1] == 0:
+        return np.ones(mask.shape[0], bool)
+    out = mask[:, 0].copy()
+    for k in range(1, mask.shape[1]):
+        out &= mask[:, k]
+    return out
+
+
 def _local(tiles: Sequence[int], dims: Sequence[int]) -> tuple[int, ...]:
     return tuple(-(-int(d) // int(t)) for d, t in zip(dims, tiles))
 
@@ -174,8 +211,15 @@ def _assign(region: np.ndarray, pref: np.ndarray, nsub: int, cap: int) -> np.nda
     num_regions = int(region.max()) + 1 if n else 0
     if np.any(np.bincount(region, minlength=num_regions) != nsub * cap):
         return None
-    out = np.full(n, -1, np.int64)
     has = pref >= 0
+    if has.all():
+        # Every device has a preference: when each (region, sub-position) is preferred
+        # by exactly ``cap`` devices, the preferences are the answer (what the general
+        # path below gives, without its sorts).
+        counts = np.bincount(region * nsub + pref, minlength=num_regions * nsub)
+        if counts.size == num_regions * nsub and np.all(counts == cap):
+            return pref.astype(np.int64, copy=True)
+    out = np.full(n, -1, np.int64)
     key = np.where(has, region * nsub + pref, -1)
     order = np.lexsort((np.arange(n), key))
     sk = key[order]
@@ -201,13 +245,29 @@ _STEP_GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
 def _step_groups(step_key: tuple, lay: "Layout", make) -> "np.ndarray | None":
-    key = (step_key, lay.tiles, lay.coords.shape, lay.coords.dtype.str, lay.coords.tobytes())
+    key = (step_key, lay.key)
     if key in _STEP_GROUPS:
         return _STEP_GROUPS[key]
     out = make(lay)
     if out is not None:
         out.flags.writeable = False
     return _STEP_GROUPS.put(key, out)
+
+
+# Layouts after a gather or an all-to-all per distinct (step, layout, dims): route search
+# realizes and then simulates every candidate chain, mostly the same steps from the same
+# layouts. A shared result also keeps its cached tile ids and key for the next lookups.
+_APPLIED = BoundedMemo(4096)  # keys hold O(devices) bytes
+
+
+def _applied(step_key: tuple, lay: "Layout", dims: tuple[int, ...], make) -> "Layout | None":
+    key = (step_key, lay.key, dims)
+    if key in _APPLIED:
+        return _APPLIED[key]
+    out = make(lay, dims)
+    if out is not None:
+        out.coords.flags.writeable = False
+    return _APPLIED.put(key, out)
 
 
 # -- steps -----------------------------------------------------------------------------------
@@ -229,17 +289,17 @@ class Step:
 _OFFSETS = BoundedMemo(4096)
 
 
-@dataclass(eq=False, repr=False)
 class Slice(Step):
     """Cut ``to``'s tile out of the local buffer (pad first where a tile runs past it)."""
-    to: Layout
+
+    def __init__(self, to: Layout) -> None:
+        self.to = to
 
     def _offsets(self, lay: Layout, dims):
         # Pure in the two layouts and the dims, and asked for by route search and emit
         # alike: one computation per distinct value (the arrays are [num_devices, rank],
         # so this is work that grows with the device count). Results are read-only.
-        key = (lay.tiles, self.to.tiles, tuple(int(v) for v in dims),
-               lay.coords.tobytes(), self.to.coords.tobytes())
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims))
         if key in _OFFSETS:
             return _OFFSETS[key]
         out = self._offsets_uncached(lay, dims)
@@ -249,18 +309,26 @@ class Slice(Step):
         return _OFFSETS.put(key, out)
 
     def _offsets_uncached(self, lay: Layout, dims):
-        d = np.asarray(dims, np.int64)
         lx = np.asarray(_local(lay.tiles, dims), np.int64)
         ly = np.asarray(_local(self.to.tiles, dims), np.int64)
-        xs = lay.coords * lx
-        xe = np.minimum(xs + lx, d)
-        ys = self.to.coords * ly
-        ye = np.minimum(ys + ly, d)
-        empty = np.any(ys >= d, axis=1)  # the whole tile is padding
-        ok = np.all((xs <= ys) & (ye <= xe), axis=1) | empty
+        n, rank = self.to.coords.shape
+        # Dim by dim on [devices] columns: numpy broadcasts a [devices, rank] array
+        # against a [rank] row several times slower than it runs rank 1-D operations.
+        empty = np.zeros(n, bool)  # the whole target tile is padding
+        ok = np.ones(n, bool)
+        starts = []
+        for k in range(rank):
+            d, a, b = int(dims[k]), int(lx[k]), int(ly[k])
+            xs = lay.coords[:, k] * a
+            ys = self.to.coords[:, k] * b
+            empty |= ys >= d
+            ok &= (xs <= ys) & (np.minimum(ys + b, d) <= np.minimum(xs + a, d))
+            starts.append(ys - xs)
+        ok |= empty
         if not np.all(ok):
             return None
-        off = np.where(empty[:, None], 0, ys - xs)
+        off = np.stack(starts, axis=1) if rank else np.zeros((n, 0), np.int64)
+        off[empty] = 0
         return off, lx, ly
 
     def __repr__(self) -> str:
@@ -288,14 +356,21 @@ class Slice(Step):
         return ctx.b.dynamic_slice(x, starts, [int(v) for v in ly])
 
 
-@dataclass(eq=False)
 class AllGather(Step):
     """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index)."""
-    dim: int
-    factor: int
     collectives = 1
 
+    def __init__(self, dim: int, factor: int) -> None:
+        self.dim = dim
+        self.factor = factor
+
+    def __repr__(self) -> str:
+        return f"AllGather(dim={self.dim!r}, factor={self.factor!r})"
+
     def apply(self, lay, dims):
+        return _applied(("all-gather", self.dim, self.factor), lay, tuple(dims), self._apply)
+
+    def _apply(self, lay, dims):
         t = lay.tiles[self.dim]
         f = self.factor
         if f < 2 or t % f:
@@ -329,13 +404,17 @@ class AllGather(Step):
         return slice_to(ctx, x, _local(new.tiles, dims))
 
 
-@dataclass(eq=False)
 class AllToAll(Step):
     """Tiling factors move between dims in one all-to-all: for each ``(a, b, f)`` the next
     minor factor ``f`` of dim ``a``'s tile index becomes the next minor factor of dim
     ``b``'s. A dim may give to several dims or receive from several; no dim does both."""
-    moves: tuple[tuple[int, int, int], ...]
     collectives = 1
+
+    def __init__(self, moves: tuple[tuple[int, int, int], ...]) -> None:
+        self.moves = moves
+
+    def __repr__(self) -> str:
+        return f"AllToAll(moves={self.moves!r})"
 
     @property
     def group_size(self) -> int:
@@ -359,6 +438,9 @@ class AllToAll(Step):
         return out
 
     def apply(self, lay, dims):
+        return _applied(("all-to-all", self.moves), lay, tuple(dims), self._apply)
+
+    def _apply(self, lay, dims):
         if not self.moves or any(f < 2 for _, _, f in self.moves):
             return None
         fa, fb = self._factors()
@@ -481,12 +563,13 @@ class AllToAll(Step):
         return slice_to(ctx, y, _local(new.tiles, dims))
 
 
-@dataclass(eq=False, repr=False)
 class Permute(Step):
     """Same tiling on other devices: one collective-permute; a device already holding its
     new tile sends to itself."""
-    to: Layout
     collectives = 1
+
+    def __init__(self, to: Layout) -> None:
+        self.to = to
 
     def apply(self, lay, dims):
         if lay.tiles != self.to.tiles or not self.to.balanced():
@@ -523,14 +606,18 @@ class Permute(Step):
 
 
 # -- plans -----------------------------------------------------------------------------------
-@dataclass(eq=False)
 class Plan:
-    steps: list[Step]
-    cost: float = 0.0
-    collectives: int = 0
-    through_replicated: bool = False
-    name: str = ""
-    layouts: list[Layout] = field(default_factory=list)
+    """A chain of steps with its cost and the layouts it passes through."""
+
+    def __init__(self, steps: list[Step], cost: float = 0.0, collectives: int = 0,
+                 through_replicated: bool = False, name: str = "",
+                 layouts: list[Layout] | None = None) -> None:
+        self.steps = steps
+        self.cost = cost
+        self.collectives = collectives
+        self.through_replicated = through_replicated
+        self.name = name
+        self.layouts = [] if layouts is None else layouts
 
     def key(self) -> tuple:
         return (self.cost, self.collectives, len(self.steps))
@@ -567,15 +654,32 @@ def plan_cost(plan: Plan) -> float:
     return plan.cost
 
 
-def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Layout | None:
+# Refinements per distinct (layout, tiles, preference): route search realizes several
+# specs of one reshard, and they refine the same layouts the same way (O(devices) sorts).
+_REFINED = BoundedMemo(1024)  # keys hold O(devices) bytes
+
+
+def _refine(lay: Layout, tiles: Sequence[int], prefer: Layout | None) -> Layout | None:
     """A layout with ``tiles`` (each a multiple of the current count) where every device
-    takes a sub-tile of its tile, ``prefer``-red coordinates where capacity allows."""
+    takes a sub-tile of its tile, ``prefer``'s coordinates where capacity allows (a
+    preference may hold -1: none, see ``_prefer_for``)."""
     tiles = tuple(int(t) for t in tiles)
     if any(t % c for t, c in zip(tiles, lay.tiles)):
         return None
     g = tuple(t // c for t, c in zip(tiles, lay.tiles))
     if all(v == 1 for v in g):
         return lay
+    key = (lay.key, tiles, None if prefer is None else prefer.key)
+    if key in _REFINED:
+        return _REFINED[key]
+    out = _refine_uncached(lay, tiles, g, None if prefer is None else prefer.coords)
+    if out is not None:
+        out.coords.flags.writeable = False
+    return _REFINED.put(key, out)
+
+
+def _refine_uncached(lay: Layout, tiles: tuple[int, ...], g: tuple[int, ...],
+                     prefer: np.ndarray | None) -> Layout | None:
     n = lay.num_devices
     nsub = math.prod(g)
     total = math.prod(tiles)
@@ -583,17 +687,27 @@ def _refine(lay: Layout, tiles: Sequence[int], prefer: np.ndarray | None) -> Lay
         return None
     cap = n // total
     region = lay.tile_ids()
-    pref = np.full(n, -1, np.int64)
-    if prefer is not None:
-        p = prefer - lay.coords * np.asarray(g, np.int64)
-        inside = np.all((p >= 0) & (p < np.asarray(g, np.int64)), axis=1)
-        if inside.any():
-            pref[inside] = np.ravel_multi_index(tuple(p[inside].T), g)
+    # Dim by dim on [devices] columns (numpy broadcasts [devices, rank] against a [rank]
+    # row several times slower): the preferred sub-tile, row-major over ``g``.
+    if prefer is None:
+        pref = np.full(n, -1, np.int64)
+    else:
+        inside = np.ones(n, bool)
+        flat = np.zeros(n, np.int64)
+        for k, gk in enumerate(g):
+            pk = prefer[:, k] - lay.coords[:, k] * gk
+            inside &= (pk >= 0) & (pk < gk)
+            flat = flat * gk + pk
+        pref = np.where(inside, flat, -1)
     sub = _assign(region, pref, nsub, cap)
     if sub is None:
         return None
-    subc = np.stack(np.unravel_index(sub, g), axis=1) if g else np.zeros((n, 0), np.int64)
-    return Layout(tiles, lay.coords * np.asarray(g, np.int64) + subc)
+    cols = []
+    stride = nsub
+    for k, gk in enumerate(g):
+        stride //= gk
+        cols.append(lay.coords[:, k] * gk + (sub // stride) % gk)
+    return Layout(tiles, np.stack(cols, axis=1))
 
 
 def refinable(size: int, have: int, want: int) -> bool:
@@ -612,17 +726,26 @@ def refinable(size: int, have: int, want: int) -> bool:
     return bool(np.all((ys >= size) | ((xs <= ys) & (ye <= xe))))
 
 
-def _prefer_for(dst: Layout, tiles: Sequence[int]) -> np.ndarray:
-    """dst's coordinates coarsened to ``tiles`` (dims whose count does not divide dst's:
-    -1, no preference)."""
+_PREFER = BoundedMemo(1024)  # keys hold O(devices) bytes
+
+
+def _prefer_for(dst: Layout, tiles: Sequence[int]) -> Layout:
+    """A preference for ``_refine``: dst's coordinates coarsened to ``tiles`` (dims whose
+    count does not divide dst's: -1, no preference). Not a sharding's layout (the -1s),
+    only its coordinates and key are read. One per distinct (dst, tiles)."""
+    tiles = tuple(int(t) for t in tiles)
+    key = (dst.key, tiles)
+    hit = _PREFER.get(key)
+    if hit is not None:
+        return hit
     out = np.empty_like(dst.coords)
     for k, (t, c) in enumerate(zip(dst.tiles, tiles)):
         out[:, k] = dst.coords[:, k] // (t // c) if t % c == 0 else -1
-    return out
+    out.flags.writeable = False
+    return _PREFER.put(key, Layout(tiles, out))
 
 
-@dataclass
-class _Spec:
+class _Spec(NamedTuple):
     pre: tuple[int, ...]                       # pre-slice factors per dim
     moves: tuple[tuple[int, int, int], ...]    # all-to-all moves (a, b, f)
     combine: bool                              # one all-to-all for all moves
@@ -712,7 +835,7 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
             st = AllGather(k, c)
             lay = st.apply(lay, dims)
             steps.append(st)
-    new = _refine(lay, dst.tiles, dst.coords)
+    new = _refine(lay, dst.tiles, dst)
     if new is None:
         return None
     if new is not lay:
@@ -746,8 +869,8 @@ def _preimage(plain: list[Step], src: Layout, dst: Layout, dims) -> \
             coarse = lay
             region = coarse.tile_ids()
             guide = fwd[i]
-            match = np.all(np.delete(guide.coords, k, axis=1) ==
-                           np.delete(coarse.coords, k, axis=1), axis=1) & \
+            match = _rows_all(np.delete(guide.coords, k, axis=1) ==
+                              np.delete(coarse.coords, k, axis=1)) & \
                 (guide.coords[:, k] // f == coarse.coords[:, k])
             pref = np.where(match, guide.coords[:, k] % f, -1)
             cap = coarse.replication // f
@@ -801,8 +924,7 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
     The first is None when no other plan applies. Plans are cached per (layouts, dims,
     element size): a model reshards the same way many times."""
     dims = tuple(int(d) for d in dims)
-    key = (src.tiles, src.tile_ids().tobytes(), dst.tiles, dst.tile_ids().tobytes(), dims,
-           float(itemsize))
+    key = (src.key, dst.key, dims, float(itemsize))
     hit = _PLAN_CACHE.get(key)
     if hit is not None:
         return hit

@@ -30,8 +30,7 @@ same figures ``stats`` reports for the partitioned program.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 
@@ -47,8 +46,9 @@ MAX_DEPTH = 3          # grouping levels explored (each at least halves the devi
 LHS, RHS, OUT = 0, 1, 2
 
 
-@dataclass(frozen=True)
-class Problem:
+# Records are NamedTuples (value equality, hashable) and plain classes, not dataclasses:
+# a dataclass costs ~1 ms of start-up each (Python 3.11 compiles its methods).
+class Problem(NamedTuple):
     """One (sub-)problem: global (or per-group) shapes and shardings over ``n`` devices."""
     dims: DotDims
     lhs_shape: tuple[int, ...]
@@ -77,25 +77,26 @@ class Problem:
         return len(self.shape(which))
 
 
-@dataclass(frozen=True, order=True)
-class Cost:
+class Cost(NamedTuple):
+    """Compared field by field in this order (bytes, then flops, then preference)."""
     bytes: float
     flops: float = 0.0
     pref: int = 0
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: "Cost") -> "Cost":  # type: ignore[override]  (sum, not concat)
         return Cost(self.bytes + other.bytes, self.flops + other.flops, self.pref + other.pref)
 
 
-@dataclass(eq=False)
 class BasePlan:
-    t: HloSharding                 # iteration-space sharding
-    lhs_t: HloSharding
-    rhs_t: HloSharding
-    post: str                      # "none" | "all-reduce" | "reduce-scatter"
-    scatter_dim: int
-    result: HloSharding            # output sharding before the final reshard
-    cost: Cost
+    def __init__(self, t: HloSharding, lhs_t: HloSharding, rhs_t: HloSharding, post: str,
+                 scatter_dim: int, result: HloSharding, cost: Cost) -> None:
+        self.t = t                      # iteration-space sharding
+        self.lhs_t = lhs_t
+        self.rhs_t = rhs_t
+        self.post = post                # "none" | "all-reduce" | "reduce-scatter"
+        self.scatter_dim = scatter_dim
+        self.result = result            # output sharding before the final reshard
+        self.cost = cost
 
     def describe(self) -> str:
         tail = {"none": "", "all-reduce": " + all-reduce",
@@ -103,18 +104,20 @@ class BasePlan:
         return f"base(T={self.t}){tail}"
 
 
-@dataclass(eq=False)
 class GroupPlan:
-    kind: str
-    groups: np.ndarray             # [num_groups, group_size] logical ids
-    sizes: tuple[int, ...]
-    x_dims: tuple                  # per tensor (lhs, rhs, out): grouped dims or None
-    lhs_t: HloSharding             # outer targets of the operands
-    rhs_t: HloSharding
-    inner: Problem
-    inner_plan: "Plan"
-    result: HloSharding            # outer output sharding after the cross-group reduction
-    cost: Cost
+    def __init__(self, kind: str, groups: np.ndarray, sizes: tuple[int, ...], x_dims: tuple,
+                 lhs_t: HloSharding, rhs_t: HloSharding, inner: Problem, inner_plan: "Plan",
+                 result: HloSharding, cost: Cost) -> None:
+        self.kind = kind
+        self.groups = groups            # [num_groups, group_size] logical ids
+        self.sizes = sizes
+        self.x_dims = x_dims            # per tensor (lhs, rhs, out): grouped dims or None
+        self.lhs_t = lhs_t              # outer targets of the operands
+        self.rhs_t = rhs_t
+        self.inner = inner
+        self.inner_plan = inner_plan
+        self.result = result            # outer output sharding after the cross-group reduction
+        self.cost = cost
 
     def describe(self) -> str:
         return (f"group({self.kind} x{math.prod(self.sizes)}) -> "
@@ -124,10 +127,12 @@ class GroupPlan:
 Plan = Union[BasePlan, GroupPlan]
 
 
-@dataclass
 class Planner:
-    memo: dict = field(default_factory=dict)
-    _rb: dict = field(default_factory=dict)
+    """The search, with its memos of plans per (problem, depth) and of reshard prices."""
+
+    def __init__(self) -> None:
+        self.memo: dict = {}
+        self._rb: dict = {}
 
     # -- cost model ----------------------------------------------------------------------
     def reshard_bytes(self, shape: tuple[int, ...], src: HloSharding, dst: HloSharding,
