@@ -55,3 +55,17 @@ def test_usage_error_exits_2():
 def test_version_exits_0():
     done = _run("--version")
     assert done.returncode == 0 and "hlo-spmd" in done.stdout
+
+
+def test_the_command_line_starts_numpy_with_one_blas_thread_unless_told_otherwise():
+    probe = ("import os, hlo_spmd_cli.main, numpy; "
+             "print(os.environ['OPENBLAS_NUM_THREADS'])")
+    for given, expected in ((None, "1"), ("3", "3")):
+        env = dict(os.environ)
+        env.pop("OPENBLAS_NUM_THREADS", None)
+        if given is not None:
+            env["OPENBLAS_NUM_THREADS"] = given
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected
