@@ -3,7 +3,6 @@ collective factory (with the current device grouping), the partitioned values of
 already-handled instructions, and the report of what was done."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +19,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import reshard as _reshard
+from hlo_spmd.records import Record
 from hlo_spmd.sharding import HloSharding, tile_shape
 
 if TYPE_CHECKING:
@@ -29,47 +29,74 @@ if TYPE_CHECKING:
 _LOCAL_SHAPES = BoundedMemo(1 << 15)  # (id(shape), sharding) -> (shape, local shape)
 
 
-@dataclass
-class PartitionReport:
+# The three records below are hlo_spmd.records.Record classes (a dataclass costs ~0.4-0.8
+# ms to create at import); equality and repr as the dataclasses had.
+class PartitionReport(Record):
     """What the partitioner did that a user may want to know."""
-    replicated_fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (name, opcode)
-    # custom-calls whose target has no partitioning rule: (instruction name, target)
-    unknown_custom_calls: list[tuple[str, str]] = field(default_factory=list)
-    unsharded_inputs: list[str] = field(default_factory=list)
-    handler_of: dict[str, str] = field(default_factory=dict)
-    causes: object = None  # causes.CauseLog: why each output collective exists
+    __match_args__ = ("replicated_fallbacks", "unknown_custom_calls", "unsharded_inputs",
+                      "handler_of", "causes")
+    # + ``dot_plans``: set by the dot handler (handlers/dot.py) when it records a plan;
+    # outside equality and repr, as the dataclass's extra attribute was.
+    __slots__ = __match_args__ + ("dot_plans",)
+
+    def __init__(self, replicated_fallbacks: list[tuple[str, str]] | None = None,
+                 unknown_custom_calls: list[tuple[str, str]] | None = None,
+                 unsharded_inputs: list[str] | None = None,
+                 handler_of: dict[str, str] | None = None, causes: object = None) -> None:
+        self.replicated_fallbacks = (  # (name, opcode)
+            [] if replicated_fallbacks is None else replicated_fallbacks)
+        # custom-calls whose target has no partitioning rule: (instruction name, target)
+        self.unknown_custom_calls = (
+            [] if unknown_custom_calls is None else unknown_custom_calls)
+        self.unsharded_inputs = [] if unsharded_inputs is None else unsharded_inputs
+        self.handler_of = {} if handler_of is None else handler_of
+        self.causes = causes  # causes.CauseLog: why each output collective exists
 
 
 class PartitionError(HloSpmdError):
     """An internal partitioning failure; names the instruction it happened on."""
 
 
-@dataclass
-class PartitionOptions:
+class PartitionOptions(Record):
     """User choices that change the program (not its numbers)."""
-    # XLA's threshold_for_windowed_einsum_mib: a dot whose operand all-gather is larger
-    # (MiB per device) runs as a loop of collective-permutes (handlers/dot_windowed.py).
-    # None: off.
-    windowed_einsum_threshold_mib: float | None = None
-    windowed_einsum_bidirectional: bool = False  # two streams of pieces, half the steps
-    # XLA's combine_threshold_in_bytes: independent collectives of one kind and device
-    # grouping are combined into one while the result stays under this many MiB
-    # (passes/partition/combine.py). 0 or None: off.
-    combine_threshold_mib: float | None = 30.0
+    __match_args__ = ("windowed_einsum_threshold_mib", "windowed_einsum_bidirectional",
+                      "combine_threshold_mib")
+    __slots__ = __match_args__
+
+    def __init__(self, windowed_einsum_threshold_mib: float | None = None,
+                 windowed_einsum_bidirectional: bool = False,
+                 combine_threshold_mib: float | None = 30.0) -> None:
+        # XLA's threshold_for_windowed_einsum_mib: a dot whose operand all-gather is larger
+        # (MiB per device) runs as a loop of collective-permutes (handlers/dot_windowed.py).
+        # None: off.
+        self.windowed_einsum_threshold_mib = windowed_einsum_threshold_mib
+        # two streams of pieces, half the steps
+        self.windowed_einsum_bidirectional = windowed_einsum_bidirectional
+        # XLA's combine_threshold_in_bytes: independent collectives of one kind and device
+        # grouping are combined into one while the result stays under this many MiB
+        # (passes/partition/combine.py). 0 or None: off.
+        self.combine_threshold_mib = combine_threshold_mib
 
 
-@dataclass
-class ModuleState:
+class ModuleState(Record):
     """Shared by every context of one partitioning run."""
-    source: Module
-    out: Module
-    num_devices: int
-    report: PartitionReport
-    clone_memo: dict[int, Computation] = field(default_factory=dict)
-    # reshard's memory (reshard.py): (computation, device grouping, value, target) -> the
-    # value already produced, so every later user shares one set of collectives.
-    reshard_cache: dict[tuple, tuple] = field(default_factory=dict)
-    options: PartitionOptions = field(default_factory=PartitionOptions)
+    __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
+                      "reshard_cache", "options")
+    __slots__ = __match_args__
+
+    def __init__(self, source: Module, out: Module, num_devices: int,
+                 report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
+                 reshard_cache: dict[tuple, tuple] | None = None,
+                 options: PartitionOptions | None = None) -> None:
+        self.source = source
+        self.out = out
+        self.num_devices = num_devices
+        self.report = report
+        self.clone_memo = {} if clone_memo is None else clone_memo
+        # reshard's memory (reshard.py): (computation, device grouping, value, target) ->
+        # the value already produced, so every later user shares one set of collectives.
+        self.reshard_cache = {} if reshard_cache is None else reshard_cache
+        self.options = PartitionOptions() if options is None else options
 
 
 class PartitionContext:
