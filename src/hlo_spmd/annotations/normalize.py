@@ -30,11 +30,11 @@ for them a classic sharding agrees when it matches either reading.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from hlo_spmd.annotations import sdy
 from hlo_spmd.errors import ShardingError
+from hlo_spmd.records import Record
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.computation import Computation
@@ -83,73 +83,107 @@ _EXITS = (SHARD_TO_FULL, SDY_LOCAL_TO_GLOBAL)
 # ---------------------------------------------------------------------------------------
 # Report types
 # ---------------------------------------------------------------------------------------
-@dataclass
-class AnnotationRecord:
+# The report types are hlo_spmd.records.Record classes (equality and repr as the
+# dataclasses they were; a dataclass costs ~0.4-0.8 ms to create at import).
+class AnnotationRecord(Record):
     """The user annotation of one instruction and where it came from."""
+    __match_args__ = ("name", "computation", "sharding", "origin", "unspecified_dims",
+                      "leaf_unspecified_dims", "sdy_text", "classic", "manual_axes",
+                      "result_indices")
+    __slots__ = __match_args__
 
-    name: str
-    computation: str
-    sharding: "HloSharding"
-    origin: str
-    # Dims propagation may still refine (array-shaped values).
-    unspecified_dims: tuple[int, ...] = ()
-    # Same for tuple-shaped values: flat leaf index -> dims.
-    leaf_unspecified_dims: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    # The Shardy attribute text the sharding was read from, if any.
-    sdy_text: str | None = None
-    # The classic ``sharding`` field as loaded, when a Shardy form was present too.
-    classic: "HloSharding | None" = None
-    # Manual axes (Shardy) in effect where the instruction lives.
-    manual_axes: tuple[str, ...] = ()
-    # For 'sdy-func-result': the entry result leaves (shape indices) it annotates.
-    result_indices: tuple[tuple[int, ...], ...] = ()
+    def __init__(self, name: str, computation: str, sharding: "HloSharding", origin: str,
+                 unspecified_dims: tuple[int, ...] = (),
+                 leaf_unspecified_dims: dict[int, tuple[int, ...]] | None = None,
+                 sdy_text: str | None = None, classic: "HloSharding | None" = None,
+                 manual_axes: tuple[str, ...] = (),
+                 result_indices: tuple[tuple[int, ...], ...] = ()) -> None:
+        self.name = name
+        self.computation = computation
+        self.sharding = sharding
+        self.origin = origin
+        # Dims propagation may still refine (array-shaped values).
+        self.unspecified_dims = unspecified_dims
+        # Same for tuple-shaped values: flat leaf index -> dims.
+        self.leaf_unspecified_dims = ({} if leaf_unspecified_dims is None
+                                      else leaf_unspecified_dims)
+        # The Shardy attribute text the sharding was read from, if any.
+        self.sdy_text = sdy_text
+        # The classic ``sharding`` field as loaded, when a Shardy form was present too.
+        self.classic = classic
+        # Manual axes (Shardy) in effect where the instruction lives.
+        self.manual_axes = manual_axes
+        # For 'sdy-func-result': the entry result leaves (shape indices) it annotates.
+        self.result_indices = result_indices
 
 
-@dataclass
-class ManualBoundary:
+class ManualBoundary(Record):
     """One value crossing into (``enter``) or out of (``exit``) manual mode."""
+    __match_args__ = ("name", "kind", "target", "value_index", "full_shape", "shard_shape",
+                      "full_sharding", "manual_sharding", "unspecified_dims")
+    __slots__ = __match_args__
 
-    name: str                      # the boundary custom-call
-    kind: str                      # 'enter' | 'exit'
-    target: str                    # custom_call_target
-    value_index: int               # operand (enter) / result leaf (exit) position
-    full_shape: "Shape"
-    shard_shape: "Shape"
-    full_sharding: "HloSharding | None"     # sharding of the global-shaped side
-    manual_sharding: "HloSharding | None"   # sharding of the local (manual) side
-    unspecified_dims: tuple[int, ...] = ()
+    def __init__(self, name: str, kind: str, target: str, value_index: int,
+                 full_shape: "Shape", shard_shape: "Shape",
+                 full_sharding: "HloSharding | None", manual_sharding: "HloSharding | None",
+                 unspecified_dims: tuple[int, ...] = ()) -> None:
+        self.name = name                    # the boundary custom-call
+        self.kind = kind                    # 'enter' | 'exit'
+        self.target = target                # custom_call_target
+        self.value_index = value_index      # operand (enter) / result leaf (exit) position
+        self.full_shape = full_shape
+        self.shard_shape = shard_shape
+        self.full_sharding = full_sharding      # sharding of the global-shaped side
+        self.manual_sharding = manual_sharding  # sharding of the local (manual) side
+        self.unspecified_dims = unspecified_dims
 
 
-@dataclass
-class ManualRegion:
+class ManualRegion(Record):
     """Instructions between manual-mode entries and exits, plus the bodies they call."""
+    __match_args__ = ("computation", "form", "manual_axes", "all_manual_axes", "entries",
+                      "exits", "instructions", "body_computations")
+    __slots__ = __match_args__
 
-    computation: str
-    form: str                                   # 'classic' | 'sdy'
-    manual_axes: tuple[str, ...] = ()           # sdy: this region's own manual axes
-    all_manual_axes: tuple[str, ...] = ()       # sdy: enclosing + own
-    entries: list[ManualBoundary] = field(default_factory=list)
-    exits: list[ManualBoundary] = field(default_factory=list)
-    instructions: tuple[str, ...] = ()          # inside, in `computation`, boundaries excluded
-    body_computations: tuple[str, ...] = ()     # called (transitively) from inside
+    def __init__(self, computation: str, form: str, manual_axes: tuple[str, ...] = (),
+                 all_manual_axes: tuple[str, ...] = (),
+                 entries: list[ManualBoundary] | None = None,
+                 exits: list[ManualBoundary] | None = None,
+                 instructions: tuple[str, ...] = (),
+                 body_computations: tuple[str, ...] = ()) -> None:
+        self.computation = computation
+        self.form = form                        # 'classic' | 'sdy'
+        self.manual_axes = manual_axes          # sdy: this region's own manual axes
+        self.all_manual_axes = all_manual_axes  # sdy: enclosing + own
+        self.entries = [] if entries is None else entries
+        self.exits = [] if exits is None else exits
+        self.instructions = instructions        # inside, in `computation`, boundaries excluded
+        self.body_computations = body_computations  # called (transitively) from inside
 
     @property
     def boundary_names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(b.name for b in self.entries + self.exits))
 
 
-@dataclass
-class AnnotationReport:
-    records: list[AnnotationRecord] = field(default_factory=list)
-    manual_regions: list[ManualRegion] = field(default_factory=list)
-    # Instructions whose sharding propagation must keep (their open dims aside).
-    user_annotated: set[str] = field(default_factory=set)
-    device_count: int | None = None
-    meshes: dict[str, sdy.SdyMesh] = field(default_factory=dict)
-    has_shardy: bool = False
-    # Instructions whose ``xla.sdy.sharding`` was ignored, as XLA ignores it (see
-    # SDY_SHARDING_OPCODES); their classic field, if any, is still read.
-    ignored_sdy: list[str] = field(default_factory=list)
+class AnnotationReport(Record):
+    __match_args__ = ("records", "manual_regions", "user_annotated", "device_count",
+                      "meshes", "has_shardy", "ignored_sdy")
+    __slots__ = __match_args__
+
+    def __init__(self, records: list[AnnotationRecord] | None = None,
+                 manual_regions: list[ManualRegion] | None = None,
+                 user_annotated: set[str] | None = None, device_count: int | None = None,
+                 meshes: dict[str, sdy.SdyMesh] | None = None, has_shardy: bool = False,
+                 ignored_sdy: list[str] | None = None) -> None:
+        self.records = [] if records is None else records
+        self.manual_regions = [] if manual_regions is None else manual_regions
+        # Instructions whose sharding propagation must keep (their open dims aside).
+        self.user_annotated = set() if user_annotated is None else user_annotated
+        self.device_count = device_count
+        self.meshes = {} if meshes is None else meshes
+        self.has_shardy = has_shardy
+        # Instructions whose ``xla.sdy.sharding`` was ignored, as XLA ignores it (see
+        # SDY_SHARDING_OPCODES); their classic field, if any, is still read.
+        self.ignored_sdy = [] if ignored_sdy is None else ignored_sdy
 
     def get(self, name: str) -> AnnotationRecord | None:
         for r in self.records:
@@ -329,16 +363,24 @@ def module_device_count(module: "Module", source: str | None = None) -> int | No
 # ---------------------------------------------------------------------------------------
 # Manual regions
 # ---------------------------------------------------------------------------------------
-@dataclass
-class _RawRegion:
-    comp: "Computation"
-    entries: list["Instruction"]
-    exits: list["Instruction"]
-    inner: list["Instruction"]
-    form: str
-    own_axes: tuple[str, ...] = ()
-    in_shardings: tuple[sdy.TensorSharding, ...] = ()
-    out_shardings: tuple[sdy.TensorSharding, ...] = ()
+class _RawRegion(Record):
+    __match_args__ = ("comp", "entries", "exits", "inner", "form", "own_axes",
+                      "in_shardings", "out_shardings")
+    __slots__ = __match_args__
+
+    def __init__(self, comp: "Computation", entries: list["Instruction"],
+                 exits: list["Instruction"], inner: list["Instruction"], form: str,
+                 own_axes: tuple[str, ...] = (),
+                 in_shardings: tuple[sdy.TensorSharding, ...] = (),
+                 out_shardings: tuple[sdy.TensorSharding, ...] = ()) -> None:
+        self.comp = comp
+        self.entries = entries
+        self.exits = exits
+        self.inner = inner
+        self.form = form
+        self.own_axes = own_axes
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
 
 
 def _find_regions(comp: "Computation") -> list[_RawRegion]:
