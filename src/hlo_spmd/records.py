@@ -31,3 +31,24 @@ class Record:
     def __repr__(self) -> str:
         return (f"{type(self).__qualname__}("
                 + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__match_args__) + ")")
+
+
+class FrozenRecord(Record):
+    """Base of an immutable record (as ``dataclass(frozen=True)``): fields set once in
+    ``__init__`` through ``object.__setattr__``, hashed by value. Its ``__init__`` takes
+    the fields positionally in ``__match_args__`` order (copy and pickle rebuild it so)."""
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), self._fields()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a frozen "
+                             f"{type(self).__qualname__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a frozen "
+                             f"{type(self).__qualname__}")
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
