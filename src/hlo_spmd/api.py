@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Union
 
 from hlo_spmd.ir.module import Module
+from hlo_spmd.records import Record
 
 Source = Union[str, bytes, os.PathLike, Module]
 
@@ -51,13 +51,18 @@ def copy_module(module: Module) -> Module:
     return copy
 
 
-@dataclass
-class PartitionResult:
+class PartitionResult(Record):
     """The per-device program and what it took."""
-    module: Module
-    num_partitions: int
-    report: dict
-    warnings: list[str] = field(default_factory=list)
+    # A records.Record: a dataclass costs ~0.4-0.8 ms to create at import.
+    __match_args__ = ("module", "num_partitions", "report", "warnings")
+    __slots__ = __match_args__
+
+    def __init__(self, module: Module, num_partitions: int, report: dict,
+                 warnings: list[str] | None = None) -> None:
+        self.module = module
+        self.num_partitions = num_partitions
+        self.report = report
+        self.warnings = [] if warnings is None else warnings
 
     def serialize(self) -> bytes:
         """The partitioned module as serialized HloModuleProto bytes."""

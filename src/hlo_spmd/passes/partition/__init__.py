@@ -1,19 +1,22 @@
 """The SPMD partitioner (GSPMD section 4): one per-device program with collectives."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
 from hlo_spmd.passes.partition.driver import partition_module
+from hlo_spmd.records import Record
 
 
-@dataclass
-class PartitionResult:
-    module: Module
-    num_partitions: int
-    report: PartitionReport
+class PartitionResult(Record):
+    # A records.Record: a dataclass costs ~0.4-0.8 ms to create at import.
+    __match_args__ = ("module", "num_partitions", "report")
+    __slots__ = __match_args__
+
+    def __init__(self, module: Module, num_partitions: int, report: PartitionReport) -> None:
+        self.module = module
+        self.num_partitions = num_partitions
+        self.report = report
 
 
 def infer_num_partitions(module: Module, requested: int | None) -> int:
