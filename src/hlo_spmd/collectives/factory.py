@@ -36,13 +36,12 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
 _GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
 
 
-def _groups_memo(grouping: np.ndarray, logical_groups: np.ndarray,
-                 physical) -> IotaGroups | np.ndarray:
+def _groups_memo(grouping: DeviceGrouping, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
     lg = np.asarray(logical_groups, dtype=np.int64)
-    key = (grouping.shape, grouping.tobytes(), lg.shape, lg.tobytes())
+    key = (grouping.key, lg.shape, lg.tobytes())
     hit = _GROUPS.get(key)
     if hit is None:
-        hit = replica_groups_for(physical(lg))
+        hit = replica_groups_for(grouping.physical(lg))
         if isinstance(hit, np.ndarray):
             hit.flags.writeable = False
         _GROUPS.put(key, hit)
@@ -69,7 +68,7 @@ class CollectiveFactory:
 
     # -- groups -------------------------------------------------------------------------
     def _groups(self, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
-        return _groups_memo(self.grouping.groups, logical_groups, self.grouping.physical)
+        return _groups_memo(self.grouping, logical_groups)
 
     # -- collectives --------------------------------------------------------------------
     def all_reduce(self, x: Instruction, reducer: str, logical_groups: np.ndarray,

@@ -18,11 +18,24 @@ class DeviceGrouping:
     start-up (Python 3.11 compiles its methods)."""
 
     def __init__(self, groups: np.ndarray) -> None:
-        self.groups = groups  # [num_groups, group_size] physical device ids
+        self.groups = groups  # [num_groups, group_size] physical device ids; never changed
+        self._key: tuple | None = None
+
+    @property
+    def key(self) -> tuple:
+        """The grouping as a hashable value (shape and bytes of ``groups``). Made once per
+        grouping: memos on the partition path key on it for every instruction, and at
+        2048 devices building and hashing a fresh 16 KB bytes object costs ~5 us a time
+        (the same bytes object hashes once and compares by identity)."""
+        if self._key is None:
+            self._key = (self.groups.shape, self.groups.tobytes())
+        return self._key
 
     @staticmethod
     def flat(num_devices: int) -> "DeviceGrouping":
-        return DeviceGrouping(np.arange(num_devices, dtype=np.int64).reshape(1, num_devices))
+        arr = np.arange(num_devices, dtype=np.int64).reshape(1, num_devices)
+        arr.flags.writeable = False
+        return DeviceGrouping(arr)
 
     @property
     def num_groups(self) -> int:
@@ -67,7 +80,7 @@ class DeviceGrouping:
         recursive handler runs in. One grouping per distinct pair of arrays (every layer
         of a model recurses into the same groups); its array is read-only."""
         inner = np.asarray(inner_groups, dtype=np.int64)
-        key = (self.groups.shape, self.groups.tobytes(), inner.shape, inner.tobytes())
+        key = (self.key, inner.shape, inner.tobytes())
         hit = _SUBGROUPS.get(key)
         if hit is None:
             arr = self.physical(inner)

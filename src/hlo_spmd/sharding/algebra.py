@@ -543,6 +543,29 @@ def _indices_by_device(s: HloSharding, total: int) -> tuple[np.ndarray, np.ndarr
     return out, present
 
 
+def _untransposed(ta: TileAssignment) -> bool:
+    perm = ta.transpose_perm
+    return perm is not None and perm == tuple(range(len(perm)))
+
+
+def _iota_rows(ta: TileAssignment, tb: TileAssignment
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(devices [N], a's coords [N, ndim_a], b's coords [N, ndim_b]) row by row for two
+    iota tile assignments over the same N devices, rows in ``ta``'s position order.
+
+    Both hold every device 0..N-1 once, so the device sets agree and no [device]-indexed
+    table is needed: a's coords are its position coords as they stand, b's are gathered
+    through b's inverse map (not even that when neither transposes, as both flats are
+    then 0..N-1). The merge only tests and regroups rows, so their order is free.
+    """
+    fa = ta.flat()
+    ca = _position_coords(ta.dims)
+    cb = _position_coords(tb.dims)
+    if _untransposed(ta) and _untransposed(tb):
+        return fa, ca, cb
+    return fa, ca, cb[tb.device_positions()[fa]]
+
+
 @memoised
 def merge_compatible(a: HloSharding, b: HloSharding,
                      minimum_tiles: int | None = None) -> HloSharding | None:
@@ -602,13 +625,16 @@ def merge_compatible(a: HloSharding, b: HloSharding,
     merged_tiles = np.where(da > 1, da, db)
     if int(np.prod(merged_tiles)) < min_tiles:
         return None
-    total = max(_total_devices(a, None), _total_devices(b, None))
-    ia, pa = _indices_by_device(a, total)
-    ib, pb = _indices_by_device(b, total)
-    if not np.array_equal(pa, pb):
-        return None  # different device sets
-    devs = np.nonzero(pa)[0]
-    ca, cb = ia[devs], ib[devs]
+    if ta.is_iota and tb.is_iota:
+        devs, ca, cb = _iota_rows(ta, tb)
+    else:
+        total = max(_total_devices(a, None), _total_devices(b, None))
+        ia, pa = _indices_by_device(a, total)
+        ib, pb = _indices_by_device(b, total)
+        if not np.array_equal(pa, pb):
+            return None  # different device sets
+        devs = np.nonzero(pa)[0]
+        ca, cb = ia[devs], ib[devs]
     both = (da > 1) & (db > 1)
     if np.any((ca[:, :ra] != cb[:, :ra])[:, both]):
         return None

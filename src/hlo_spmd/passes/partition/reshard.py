@@ -63,9 +63,8 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
 
 
 def _cache_key(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple:
-    groups = ctx.grouping.groups
     shape = pv.base_shape
-    return (id(ctx.b.computation), groups.shape, groups.tobytes(), id(pv.hlo),
+    return (id(ctx.b.computation), ctx.grouping.key, id(pv.hlo),
             shape.element_type, tuple(shape.dims), pv.sharding, target)
 
 

@@ -78,7 +78,15 @@ class Layout:
         return f"Layout(tiles={list(self.tiles)}, tile_of_device={self.tile_ids().tolist()})"
 
     def same_as(self, other: "Layout") -> bool:
-        return self.tiles == other.tiles and bool(np.array_equal(self.coords, other.coords))
+        if self is other:
+            return True
+        if self.tiles != other.tiles:
+            return False
+        if self.coords.dtype == other.coords.dtype:
+            # The memo keys are made once per layout and hold the bytes: one memcmp
+            # instead of an elementwise [devices, rank] comparison.
+            return self.key == other.key
+        return bool(np.array_equal(self.coords, other.coords))
 
     def tile_ids(self) -> np.ndarray:
         """Per logical device, the flat index of the tile it holds (read-only)."""
@@ -287,6 +295,7 @@ class Step:
 
 # Slice offsets per distinct (layout, target layout, dims); see Slice._offsets.
 _OFFSETS = BoundedMemo(4096)
+_SLICE_FORMS = BoundedMemo(4096)  # the same key -> Slice._emit_form
 
 
 class Slice(Step):
@@ -331,6 +340,19 @@ class Slice(Step):
         off[empty] = 0
         return off, lx, ly
 
+    def _emit_form(self, lay: Layout, dims, off: np.ndarray, lx: np.ndarray, ly: np.ndarray
+                   ) -> tuple[tuple[int, ...], bool, bool]:
+        # (padded size, all offsets zero, the same offsets on every device) of an offsets
+        # table: [num_devices, rank] reductions that every emission of the same slice (one
+        # per instruction of every layer) would otherwise redo. Keyed as _offsets.
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims))
+        hit = _SLICE_FORMS.get(key)
+        if hit is None:
+            need = np.maximum((off + ly).max(axis=0), lx) if off.size else lx
+            hit = _SLICE_FORMS.put(key, (tuple(int(v) for v in need), bool(np.all(off == 0)),
+                                         bool(np.all(off == off[:1]))))
+        return hit
+
     def __repr__(self) -> str:
         return f"Slice(to {self.to!r})"
 
@@ -343,11 +365,11 @@ class Slice(Step):
         from hlo_spmd.passes.partition.reshard import pad_to
 
         off, lx, ly = self._offsets(lay, dims)
-        need = np.maximum((off + ly).max(axis=0), lx) if off.size else lx
-        x = pad_to(ctx, x, [int(v) for v in need])
-        if np.all(off == 0) and tuple(int(v) for v in ly) == tuple(x.shape.dims):
+        need, zero, uniform = self._emit_form(lay, dims, off, lx, ly)
+        x = pad_to(ctx, x, list(need))
+        if zero and tuple(int(v) for v in ly) == tuple(x.shape.dims):
             return x
-        if np.all(off == off[:1]):  # the same offsets everywhere: a static slice
+        if uniform:  # the same offsets everywhere: a static slice
             lo = [int(v) for v in off[0]]
             return ctx.b.slice(x, lo, [a + int(b) for a, b in zip(lo, ly)])
         starts = []
