@@ -200,21 +200,15 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
                 if n is None:
                     n = byte_size[id(shape)] = shape.byte_size()
                 own[idx] = n
-        for o in inst.operands:
+        # (operands and control predecessors are read here: both stay live until now)
+        for o in (inst.operands if not inst.control_predecessors
+                  else (*inst.operands, *inst.control_predecessors)):
             bufs = get_aliases(o)
             if bufs is None:
                 last[o] = idx
             else:
                 for buf in bufs:
                     last[buf] = idx
-        if inst.control_predecessors:
-            for o in inst.control_predecessors:
-                bufs = get_aliases(o)
-                if bufs is None:
-                    last[o] = idx
-                else:
-                    for buf in bufs:
-                        last[buf] = idx
     if comp.root is not None:
         for buf in _buffers(comp.root, aliases):
             last[buf] = end

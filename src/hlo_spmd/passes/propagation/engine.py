@@ -12,7 +12,7 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.errors import HloSpmdError
@@ -48,6 +48,22 @@ SPATIAL_OPCODES = frozenset({
     "collective-permute", "reduce-scatter", "reverse"})
 # Ops that own computations whose parameters and roots mirror them.
 CONTROL_FLOW = ("while", "conditional", "call")
+
+
+def flagged_positions(bits: bytearray, a: int, b: int) -> Iterator[int]:
+    """The positions in [a, b) whose flag is set, each read when the walk reaches it (the
+    walk sets and clears flags as it goes). The next position is tried before a jump:
+    ``bytearray.find`` costs about ten such steps."""
+    i = a - 1
+    while True:
+        i += 1
+        if i >= b:
+            return
+        if not bits[i]:
+            i = bits.find(1, i, b)
+            if i < 0:
+                return
+        yield i
 
 
 class Propagator:
@@ -659,15 +675,7 @@ class Propagator:
                             changed_last = True
                 self.direction = "forward"
                 t0 = base + 4 * a
-                i = a - 1
-                while True:
-                    i += 1   # (the next position, else a jump: ``find`` costs ~10 steps)
-                    if i >= b:
-                        break
-                    if not fw_bits[i]:
-                        i = fw_bits.find(1, i, b)
-                        if i < 0:
-                            break
+                for i in flagged_positions(fw_bits, a, b):
                     key, inst = fw_walk[i]
                     now = t0 + 4 * i
                     if key in provided:
@@ -697,15 +705,7 @@ class Propagator:
                     unchanged.check_unflagged(graph.post_orders[comp.name], FW, dirty)
                 self.direction = "backward"
                 t0 = base + 4 * b
-                i = a - 1
-                while True:
-                    i += 1   # (the next position, else a jump: ``find`` costs ~10 steps)
-                    if i >= b:
-                        break
-                    if not bw_bits[i]:
-                        i = bw_bits.find(1, i, b)
-                        if i < 0:
-                            break
+                for i in flagged_positions(bw_bits, a, b):
                     key, inst = bw_walk[i]
                     now = t0 + 4 * i
                     is_provided = key in provided
