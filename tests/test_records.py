@@ -71,3 +71,23 @@ def _sdy_loaded_after_partition(fixture: str) -> str:
 def test_shardy_parser_loaded_only_when_used():
     assert _sdy_loaded_after_partition("mlp_2d_megatron.pb") in ("none", "lazy")
     assert _sdy_loaded_after_partition("shardy_mlp_2d.pb") == "loaded"
+
+
+def test_frozen_record_sets_its_fields_in_declared_order_once():
+    from hlo_spmd.passes.partition.causes import Remat
+    from hlo_spmd.records import FrozenRecord
+
+    r = Remat("y", "dot", "a", "b", "why")
+    assert (r.serves, r.opcode, r.src, r.dst, r.cause) == ("y", "dot", "a", "b", "why")
+
+    class Pair(FrozenRecord):
+        __match_args__ = ("a", "b")
+        __slots__ = __match_args__
+
+        def __init__(self, a, b=None, *extra):
+            self._set_fields(a, b, *extra)
+
+    with pytest.raises(ValueError):   # a value too many is a bug, not a silent drop
+        Pair(1, 2, 3)
+    with pytest.raises(AttributeError):
+        Pair(1, 2).a = 5

@@ -39,6 +39,11 @@ class FrozenRecord(Record):
     the fields positionally in ``__match_args__`` order (copy and pickle rebuild it so)."""
     __slots__ = ()
 
+    def _set_fields(self, *values: Any) -> None:
+        """Set the fields once, in ``__match_args__`` order (called from ``__init__``)."""
+        for name, value in zip(self.__match_args__, values, strict=True):
+            object.__setattr__(self, name, value)
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return type(self), self._fields()
 

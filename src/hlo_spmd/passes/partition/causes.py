@@ -43,12 +43,7 @@ class Remat(FrozenRecord):
 
     def __init__(self, serves: str | None, opcode: str | None, src: str, dst: str,
                  cause: str) -> None:
-        put = object.__setattr__
-        put(self, "serves", serves)
-        put(self, "opcode", opcode)
-        put(self, "src", src)
-        put(self, "dst", dst)
-        put(self, "cause", cause)
+        self._set_fields(serves, opcode, src, dst, cause)
 
     def message(self) -> str:
         op = f"{self.serves} ({self.opcode})" if self.serves else "the result"

@@ -37,13 +37,7 @@ class Alternative(FrozenRecord):
 
     def __init__(self, sharding: HloSharding, rule: str, sources: tuple[str, ...],
                  reason: str, level: int, iteration: int) -> None:
-        put = object.__setattr__
-        put(self, "sharding", sharding)
-        put(self, "rule", rule)
-        put(self, "sources", sources)
-        put(self, "reason", reason)
-        put(self, "level", level)
-        put(self, "iteration", iteration)
+        self._set_fields(sharding, rule, sources, reason, level, iteration)
 
     def __str__(self) -> str:
         src = ", ".join(self.sources) or "-"
