@@ -50,8 +50,18 @@ def is_custom_call(inst: Instruction, target: str) -> bool:
     return inst.opcode == "custom-call" and inst.custom_call_target == target
 
 
+# Raw opcode spellings that are elementwise whatever the instruction (asked ~10^4-10^5
+# times per module: tested before ``opcode``'s custom-call and alias mapping).
+_ELEMENTWISE_SPELLINGS = frozenset(
+    op for op in ELEMENTWISE | {"rng"} | set(ALIASES)
+    if ALIASES.get(op, op) in ELEMENTWISE | {"rng"}
+    and op not in ("bitcast-convert", "custom-call"))
+
+
 def is_elementwise(inst: Instruction) -> bool:
     """HloInstruction::IsElementwise (rng included; bitcast-convert only same width)."""
+    if inst.opcode in _ELEMENTWISE_SPELLINGS:
+        return True
     op = opcode(inst)
     if op == "bitcast-convert":
         src = inst.operands[0].shape
@@ -112,41 +122,42 @@ def post_order(comp: Computation) -> list[Instruction]:
 
 
 def _post_order(insts: list[Instruction]) -> list[Instruction]:
-    """``post_order`` of a computation's instructions in list order."""
-    has_users: set[int] = set()
+    """``post_order`` of a computation's instructions in list order (keyed by the
+    instructions themselves, which hash by identity: no ``id()`` call per step)."""
+    has_users: set[Instruction] = set()
     for inst in insts:
-        for op in inst.operands:
-            has_users.add(id(op))
-    state: dict[int, int] = {}
+        has_users.update(inst.operands)
+    state: dict[Instruction, int] = {}
     order: list[Instruction] = []
     for start in insts:
-        if id(start) in has_users:
+        if start in has_users:
             continue
         _dfs(start, state, order)
     for inst in insts:  # unreachable cycles / stragglers (never in valid HLO)
-        if id(inst) not in state:
+        if inst not in state:
             _dfs(inst, state, order)
     return order
 
 
-def _dfs(root: Instruction, state: dict[int, int], order: list[Instruction]) -> None:
-    stack = [root] if state.get(id(root)) != 2 else []
+def _dfs(root: Instruction, state: dict[Instruction, int], order: list[Instruction]) -> None:
+    stack = [root] if state.get(root) != 2 else []
+    get = state.get
     while stack:
         cur = stack[-1]
-        st = state.get(id(cur), 0)
+        st = get(cur, 0)
         if st == 0:
-            state[id(cur)] = 1
+            state[cur] = 1
         else:
             stack.pop()
             if st == 1:
-                state[id(cur)] = 2
+                state[cur] = 2
                 order.append(cur)
             continue
         for op in reversed(cur.operands):
-            if state.get(id(op)) != 2:
+            if get(op) != 2:
                 stack.append(op)
         for op in cur.control_predecessors:
-            if state.get(id(op)) != 2:
+            if get(op) != 2:
                 stack.append(op)
 
 
