@@ -26,9 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.passes.propagation import graph as g
-from hlo_spmd.passes.propagation.unchanged import (BACKWARD_READS_USER_ONLY, BW,
-                                                   FORWARD_LOOKAHEAD, FW)
+from hlo_spmd.passes.propagation.unchanged import BW, FORWARD_LOOKAHEAD, FW
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
@@ -73,11 +71,11 @@ class DirtySet:
         self.p = p
         fpos, bpos = p.graph.walk_pos
         self.flagged: tuple[Flags, Flags] = (Flags(fpos), Flags(bpos))
+        # (dot and convolution: no custom-call or alias spelling maps to them)
         self.always: frozenset[int] = frozenset(
-            id(i) for i in p.graph.instructions() if g.opcode(i) in FORWARD_LOOKAHEAD)
+            id(i) for i in p.graph.instructions() if i.opcode in FORWARD_LOOKAHEAD)
         self._pos = p.graph.walk_pos
         self._users_of = p.graph.users_of
-        self._reads_operands: dict[int, bool] = {}
         self._clear_targets = p.graph.clear_targets
         self._own: dict[int, tuple[int, tuple[int, ...]]] = {}
 
@@ -116,13 +114,9 @@ class DirtySet:
         operands of its users whose backward rule reads them (computed once)."""
         fpos, bpos = self._pos
         bw = [bpos[id(inst)]]
-        reads = self._reads_operands
+        user_facts = self.p.user_facts
         for u in self._users_of(inst):
-            r = reads.get(id(u))
-            if r is None:
-                r = reads[id(u)] = not (g.opcode(u) in BACKWARD_READS_USER_ONLY
-                                         or g.is_elementwise(u))
-            if r:
+            if user_facts(u)[1]:   # (its backward rule reads its operands)
                 bw.extend(bpos[id(o)] for o in u.operands)
         own = self._own[id(inst)] = (fpos[id(inst)], tuple(bw))
         return own

@@ -30,7 +30,8 @@ from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
 from hlo_spmd.passes.propagation.dirty import DirtySet
-from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo
+from hlo_spmd.passes.propagation.unchanged import (BACKWARD_READS_USER_ONLY, BW, FW,
+                                                   UnchangedMemo)
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -106,6 +107,7 @@ class Propagator:
         self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
         self._bw_facts: dict[int, tuple[bool, list[Instruction], tuple[bool, ...]]] = {}
         self._user_rule: dict[int, tuple] = {}
+        self._user_facts: dict[int, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
     def dot_dims(self, inst: Instruction) -> DotDims:
@@ -231,6 +233,22 @@ class Propagator:
                 and i.custom_call_target in (g.FULL_TO_SHARD, g.SHARD_TO_FULL))
         return self._boundaries
 
+    def user_facts(self, user: Instruction) -> tuple:
+        """What the backward walk reads of ``user`` as a user, once per instruction (the
+        skip memo, the dirty set and ``infer_from_users`` each ask per edge): its
+        propagation opcode, whether its backward rule also reads its other operands
+        (``unchanged.BACKWARD_READS_USER_ONLY``), whether a manual sharding of it makes
+        its operand manual (not a manual region's entry), and its ``user_rule``."""
+        key = id(user)
+        r = self._user_facts.get(key)
+        if r is None:
+            op = g.opcode(user)
+            reads = not (op in BACKWARD_READS_USER_ONLY or g.is_elementwise(user))
+            manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
+                                 or sdy_manual.is_sdy_entry(user))
+            r = self._user_facts[key] = (op, reads, manual_source, self.user_rule(user))
+        return r
+
     def user_rule(self, user: Instruction):
         """``bw.user_rule`` once per instruction."""
         key = id(user)
@@ -319,11 +337,12 @@ class Propagator:
         rng: list[bool] = []
         manual_source: list[bool] = []
         rules: list[tuple] = []
+        user_facts = self.user_facts
         for u in users:
-            rng.append(g.opcode(u) == "rng-bit-generator")
-            manual_source.append(not (g.is_custom_call(u, g.FULL_TO_SHARD)
-                                      or sdy_manual.is_sdy_entry(u)))
-            rules.append(self.user_rule(u))
+            op, _reads, source, rule = user_facts(u)
+            rng.append(op == "rng-bit-generator")
+            manual_source.append(source)
+            rules.append(rule)
         facts = (g.opcode(inst) == "broadcast", users, rng,
                  self.supports_spatial(inst, False, self.to_params), manual_source, rules)
         self._bw_facts[id(inst)] = facts

@@ -118,11 +118,11 @@ class UnchangedMemo:
         users = users_of(inst)
         if len(users) != 1:
             return reads
+        user_facts = self.p.user_facts
         cur = users[0]
         while True:
             reads.append(cur)
-            uop = g.opcode(cur)
-            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(cur)):
+            if user_facts(cur)[1]:   # (its backward rule reads its operands)
                 reads.extend(cur.operands)
             if cur.sharding is not None:
                 return reads
@@ -135,14 +135,15 @@ class UnchangedMemo:
         reads = [inst]
         cap = 2 if g.opcode(inst) == "broadcast" else 1
         trivial = True
+        user_facts = self.p.user_facts
         for user in self.p.graph.users_of(inst):
             reads.append(user)
-            uop = g.opcode(user)
+            uop, reads_operands, _source, _rule = user_facts(user)
             if uop == "broadcast":
                 cap = 2
             if uop in BACKWARD_FROM_NOTHING:
                 trivial = False
-            if not (uop in BACKWARD_READS_USER_ONLY or g.is_elementwise(user)):
+            if reads_operands:
                 reads.extend(user.operands)
         entry = [tuple(reads), cap, 1, 0, None, trivial]
         self._bw[id(inst)] = entry
