@@ -7,7 +7,7 @@ MakeInstructionPostOrder order, users in program order, computations in module o
 from __future__ import annotations
 
 import operator
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
@@ -162,6 +162,7 @@ def _dfs(root: Instruction, state: dict[Instruction, int], order: list[Instructi
 
 
 _by_id = operator.attrgetter("id")
+_NO_USERS: tuple[Instruction, ...] = ()
 
 
 def _list_order(comp: Computation) -> list[Instruction]:
@@ -246,8 +247,10 @@ class Graph:
         for comp in self.computations:
             yield from self.post_orders[comp.name]
 
-    def users_of(self, inst: Instruction) -> list[Instruction]:
-        return self.users.get(id(inst), [])
+    def users_of(self, inst: Instruction) -> Sequence[Instruction]:
+        """Users in program order (read only; asked ~10^5 times per module: no new
+        empty list per question)."""
+        return self.users.get(id(inst), _NO_USERS)
 
     def operand_positions(self, user: Instruction, inst: Instruction) -> tuple[int, ...]:
         """Where ``inst`` is an operand of ``user`` (in order), without scanning the
