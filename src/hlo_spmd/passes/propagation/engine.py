@@ -663,8 +663,10 @@ class Propagator:
                 clear_cache(inst, t)
 
         unchanged = self.unchanged
-        forward = unchanged.forward
-        backward = unchanged.backward
+        # The skip memo's question per visit (``UnchangedMemo._run`` and its entries)
+        fw_entries, bw_entries = unchanged._fw, unchanged._bw
+        fw_entry, bw_entry = unchanged._forward_entry, unchanged._backward_entry
+        ask, infer_fw, infer_bw = unchanged._run, unchanged._infer_fw, unchanged._infer_bw
         iterations = 0
         changed_last = True
         while changed_last:
@@ -717,7 +719,7 @@ class Propagator:
                     if last >= 0 and last > fw_clear[i]:
                         continue              # marked: the flag waits
                     fw_bits[i] = fw_keep[i]
-                    if forward(inst):
+                    if ask(inst, fw_entries.get(key) or fw_entry(inst), infer_fw, FW):
                         after_change(inst, now + 1)
                         changed_last = True
                 if unchanged.check:
@@ -755,7 +757,7 @@ class Propagator:
                             changed_last = True
                         continue
                     bw_bits[i] = bw_keep[i]
-                    if backward(inst):
+                    if ask(inst, bw_entries.get(key) or bw_entry(inst), infer_bw, BW):
                         after_change(inst, now + 1)
                         changed_last = True
                 if unchanged.check:

@@ -150,16 +150,9 @@ class UnchangedMemo:
         return entry
 
     # -- the memo ---------------------------------------------------------------------------
-    def forward(self, inst: Instruction) -> bool:
-        """``infer_from_operands(inst)``, skipped when its inputs are those of its last
-        no-change run."""
-        entry = self._fw.get(id(inst)) or self._forward_entry(inst)
-        return self._run(inst, entry, self._infer_fw, FW)
-
-    def backward(self, inst: Instruction) -> bool:
-        """``infer_from_users(inst)``, likewise."""
-        entry = self._bw.get(id(inst)) or self._backward_entry(inst)
-        return self._run(inst, entry, self._infer_bw, BW)
+    # The fix point asks ``_run(inst, entry, infer, d)`` itself, with the entry of ``inst``
+    # in ``_fw`` / ``_bw`` (made by ``_forward_entry`` / ``_backward_entry`` on first ask):
+    # ``infer(inst)``, skipped when its inputs are those of its last no-change run.
 
     def stale_at(self, level: int, d: int) -> list[int]:
         """Instructions (ids) whose last no-change inference in direction ``d`` does not
