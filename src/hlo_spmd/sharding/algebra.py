@@ -56,10 +56,32 @@ def memoised(fn: _F) -> _F:
     def cached(args: tuple[Any, ...], _metadata: tuple[Any, ...]) -> Any:
         return fn(*args)
 
+    # In front of the value-keyed cache: the same argument objects as an earlier call
+    # (propagated shardings are shared objects) give its result without hashing or
+    # comparing shardings.  Key: each sharding's id plus a mask of where shardings are
+    # (so an id never meets an int argument); the arguments are kept alive with it.
+    front: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             return fn(*args, **kwargs)
+        fkey = []
+        mask = 0
+        bit = 1
+        for a in args:
+            if isinstance(a, HloSharding):
+                fkey.append(id(a))
+                mask |= bit
+            elif a is None or isinstance(a, int):
+                fkey.append(a)
+            else:
+                fkey.append(tuple(a))
+            bit <<= 1
+        fkey.append(mask)
+        hit = front.get(tuple(fkey))
+        if hit is not None:
+            return hit[0]
         key = []
         md = []
         for a in args:
@@ -69,8 +91,15 @@ def memoised(fn: _F) -> _F:
             elif not (a is None or isinstance(a, int)):
                 a = tuple(map(int, a))
             key.append(a)
-        return cached(tuple(key), tuple(md))
+        r = cached(tuple(key), tuple(md))
+        if len(front) >= _FRONT_LIMIT:
+            front.clear()
+        front[tuple(fkey)] = (r, args)
+        return r
     return wrapper  # type: ignore[return-value]
+
+
+_FRONT_LIMIT = 1 << 16
 
 
 def compact(sharding: HloSharding) -> HloSharding:
