@@ -206,11 +206,9 @@ class Graph:
                 if len(ops) == 1:
                     users.setdefault(id(ops[0]), []).append(inst)
                 elif ops:
-                    seen: set[int] = set()
-                    for op in ops:
-                        if id(op) not in seen:
-                            seen.add(id(op))
-                            users.setdefault(id(op), []).append(inst)
+                    # (each operand once, in order: instructions hash by identity)
+                    for op in dict.fromkeys(ops):
+                        users.setdefault(id(op), []).append(inst)
                 for callee in inst.called_computations:
                     self.callers_of.setdefault(id(callee), []).append(inst)
         self.walk_pos: tuple[dict[int, int], dict[int, int]] = (
@@ -274,7 +272,9 @@ class Graph:
         if n is None:
             users = self.users_of(inst)
             root = inst.parent.root if inst.parent is not None else None
-            n = self._non_root_users[id(inst)] = len(users) - sum(1 for u in users if u is root)
+            # (users are distinct and compare by identity: the root is among them once)
+            n = self._non_root_users[id(inst)] = len(users) - (root is not None
+                                                                and root in users)
         return n
 
     def is_root(self, inst: Instruction) -> bool:
