@@ -32,12 +32,15 @@ def _inline_into(module: Module, comp: Computation, calls: set[int]) -> None:
         return replaced.get(id(inst), inst)
 
     out: list[Instruction] = []
+    stale = replaced.keys()   # (a live view: ``isdisjoint`` tests without a Python loop)
     for inst in comp.instructions:
         if replaced:
-            if any(id(o) in replaced for o in inst.operands):
-                inst.operands = [now(o) for o in inst.operands]
-            if any(id(p) in replaced for p in inst.control_predecessors):
-                inst.control_predecessors = [now(p) for p in inst.control_predecessors]
+            ops = inst.operands
+            if ops and not stale.isdisjoint(map(id, ops)):
+                inst.operands = [now(o) for o in ops]
+            preds = inst.control_predecessors
+            if preds and not stale.isdisjoint(map(id, preds)):
+                inst.control_predecessors = [now(p) for p in preds]
         if id(inst) not in calls:
             out.append(inst)
             continue
