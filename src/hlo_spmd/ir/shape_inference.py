@@ -55,7 +55,7 @@ from hlo_spmd.ir.primitive_types import (
 )
 from hlo_spmd.ir.shape import Layout, Shape
 from hlo_spmd.memo import BoundedMemo
-from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.computation import Computation
@@ -707,12 +707,26 @@ def _tuple(c: _Ctx) -> Shape:
 def _constant(c: _Ctx) -> Shape:
     c.count(0)
     if c.attrs.HasField("literal") and c.attrs.literal.HasField("shape"):
-        from hlo_spmd.ir.proto_io import shape_from_proto
+        msg = c.attrs.literal.shape
+        key = msg.SerializeToString()
+        shape = _LITERAL_SHAPES.get(key)
+        if shape is None:
+            from hlo_spmd.ir.proto_io import shape_from_proto
 
-        return shape_from_proto(c.attrs.literal.shape)
+            # Read from a private copy: the Shape keeps its proto (saved back as is),
+            # and the literal's own message belongs to an instruction that may change.
+            own = xla_data_pb2.ShapeProto()
+            own.ParseFromString(key)
+            shape = _LITERAL_SHAPES.put(key, shape_from_proto(own))
+        return shape
     if c.declared is None:
         raise c.fail("constant has no literal")
     return c.declared
+
+
+# Serialized literal ShapeProto -> its Shape: a module has a few literal shapes over
+# hundreds of constants (scalars, offset tables), each read once.
+_LITERAL_SHAPES = BoundedMemo(4096)
 
 
 # -- reductions and windows -------------------------------------------------------------------
