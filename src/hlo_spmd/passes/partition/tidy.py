@@ -322,8 +322,13 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
                 or comp.root is ar:
             continue
         cuts = users.get(id(ar), [])
+        # Every user must be a dynamic-slice of the all-reduce (``_own_part_dim``): the
+        # groups (read from the attributes into an array) are asked only then.
+        if not cuts or not all(ds.opcode == "dynamic-slice" and ds.operands[0] is ar
+                               for ds in cuts):
+            continue
         groups = _groups(ar, num_devices)
-        if not cuts or groups is None:
+        if groups is None:
             continue
         dims = {_own_part_dim(ds, ar, groups, facts) for ds in cuts}
         if len(dims) != 1 or None in dims:
@@ -346,12 +351,15 @@ def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
     for ag in list(comp.instructions):
         if ag.opcode != "all-gather" or len(ag.operands) != 1 or not ag.shape.is_array:
             continue
+        cuts = users.get(id(ag), [])
+        if not any(ds.opcode == "dynamic-slice" for ds in cuts):
+            continue  # (the groups array is read only for a gather that is cut)
         groups = _groups(ag, num_devices)
         if groups is None:
             continue
         d = int(ag.attrs.dimensions[0])
         x = ag.operands[0]
-        for ds in users.get(id(ag), []):
+        for ds in cuts:
             if _own_part_dim(ds, ag, groups, facts) == d and ds.shape == x.shape:
                 _replace(comp, ds, x, users)
                 changed = True
