@@ -1708,7 +1708,8 @@ def _field_reader(name: str) -> Callable[[Any], Any]:
     f = _FIELDS[name]
     repeated = f.is_repeated
     if f.message_type is None:
-        return (lambda a: tuple(getattr(a, name))) if repeated else (lambda a: getattr(a, name))
+        # ``[:]`` copies a repeated field in one call (iterating it is per element).
+        return (lambda a: tuple(getattr(a, name)[:])) if repeated else (lambda a: getattr(a, name))
     if repeated:
         return lambda a: tuple(m.SerializeToString(deterministic=True) for m in getattr(a, name))
     return lambda a: (a.HasField(name), getattr(a, name).SerializeToString(deterministic=True))
