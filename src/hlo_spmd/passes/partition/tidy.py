@@ -345,6 +345,10 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
 
 
 def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
+    # Only a dynamic-slice of an all-gather is folded: without one, no use map is built.
+    if not any(i.opcode == "dynamic-slice" and i.operands and
+               i.operands[0].opcode == "all-gather" for i in comp.instructions):
+        return False
     changed = False
     users = iter_operand_users(comp.instructions)
     facts = _DeviceFacts(num_devices)
