@@ -1165,6 +1165,10 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
         return
     if kind == "iota":
         p = _iota_proto(c.attrs)
+        # As explicit lists below: each distinct iota list (by its bytes) is checked once.
+        key = ("iota", p.SerializeToString())
+        if key in _GROUPS_OK:
+            return
         dims = list(p.iota_reshape_dims) or [p.num_replica_groups * p.num_devices_per_group]
         perm = list(p.iota_transpose_perm) or list(range(len(dims)))
         if (p.num_replica_groups < 1 or p.num_devices_per_group < 1
@@ -1173,6 +1177,7 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
                 or sorted(perm) != list(range(len(dims)))):
             raise c.fail(f"invalid iota replica groups [{p.num_replica_groups},"
                          f"{p.num_devices_per_group}]<={dims}T{tuple(perm)}")
+        _GROUPS_OK.put(key, True)
         return
     if kind != "explicit":
         return
@@ -1206,7 +1211,9 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
     _GROUPS_OK.put(key, True)
 
 
-_GROUPS_OK = BoundedMemo(4096)  # (uniform, serialized explicit groups) that passed
+# Group lists that passed: (uniform, serialized explicit groups) or ("iota", serialized
+# iota list).
+_GROUPS_OK = BoundedMemo(4096)
 
 
 def _collective_reducer(c: _Ctx) -> None:
