@@ -178,7 +178,6 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     # Entry parameters are there before the first instruction runs: (value, bytes).
     params: list[tuple[Instruction, int]] = []
     byte_size: dict[int, int] = {}  # per shape object: many instructions share one
-    get_aliases = aliases.get
     for idx, inst in enumerate(order):
         opcode = inst.opcode
         if opcode in _NO_OWN_BUFFER:
@@ -207,15 +206,18 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
                 own[idx] = n
             elif is_entry:
                 params.append((inst, inst.shape.byte_size()))
-        # (operands and control predecessors are read here: both stay live until now)
+        # (operands and control predecessors are read here: both stay live until now).
+        # A read of a value without a buffer is noted on the value itself and passed on
+        # to the buffers it keeps alive below: the last read of either is what counts.
         for o in (inst.operands if not inst.control_predecessors
                   else (*inst.operands, *inst.control_predecessors)):
-            bufs = get_aliases(o)
-            if bufs is None:
-                last[o] = idx
-            else:
-                for buf in bufs:
-                    last[buf] = idx
+            last[o] = idx
+    for value, bufs in aliases.items():
+        read = last.get(value)
+        if read is not None:
+            for buf in bufs:
+                if last[buf] < read:
+                    last[buf] = read
     if comp.root is not None:
         for buf in _buffers(comp.root, aliases):
             last[buf] = end
