@@ -2,7 +2,6 @@
 lines that ``--quiet`` silences, and a progress line for long runs."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -42,6 +41,8 @@ def write_module(module, out: str, fmt: str | None) -> None:
 
 def write_json(obj: Any, out: str) -> None:
     """JSON, key order as built (deterministic); ``-`` is stdout; files are atomic."""
+    import json  # (only the commands that write JSON load it)
+
     from hlo_spmd.ir.io import write_atomic
 
     text = json.dumps(obj, indent=1, sort_keys=False) + "\n"

@@ -8,7 +8,6 @@ rematerialization" lines without the op or shardings (openxla/xla#15207).
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from hlo_spmd.ir.computation import Computation
@@ -37,6 +36,8 @@ def trip_count(loop: Instruction) -> int | None:
     if isinstance(cfg, bytes):
         cfg = cfg.decode("utf-8", "replace")
     if cfg:
+        import json  # (a partition run without loops never needs it)
+
         try:
             n = json.loads(cfg).get("known_trip_count", {}).get("n")
             if n is not None:

@@ -35,6 +35,8 @@ from hlo_spmd.records import Record
 ALIASING_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
                           "add-dependency", "after-all"})
 _CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+# Values that make no buffer of their own (they keep others' alive).
+_NO_OWN_BUFFER = ALIASING_OPS | {"while"}
 
 
 # Records (hlo_spmd.records): created on every partition run's import path, where a
@@ -172,59 +174,66 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
     aliases: dict[Instruction, frozenset[Instruction]] = {}
     elements: dict[Instruction, list[frozenset[Instruction]]] = {}
     last: dict[Instruction, int] = {}
-    own = [0] * end  # bytes each position's instruction makes
+    own = [0] * end  # bytes each position's instruction makes there
+    # Entry parameters are there before the first instruction runs: (value, bytes).
+    params: list[tuple[Instruction, int]] = []
     byte_size: dict[int, int] = {}  # per shape object: many instructions share one
-    get_aliases = aliases.get
     for idx, inst in enumerate(order):
         opcode = inst.opcode
-        if opcode == "while":  # the loop state lives in its operand's buffers
-            o = inst.operands[0]
-            if o in elements:
-                elements[inst] = elements[o]
-            aliases[inst] = _buffers(o, aliases)
-        elif opcode in ALIASING_OPS:
-            if opcode == "get-tuple-element" and inst.operands[0] in elements:
-                src = elements[inst.operands[0]][inst.tuple_index]
-            elif opcode == "add-dependency" and inst.operands:
-                src = _buffers(inst.operands[0], aliases)
+        if opcode in _NO_OWN_BUFFER:
+            if opcode == "while":  # the loop state lives in its operand's buffers
+                o = inst.operands[0]
+                if o in elements:
+                    elements[inst] = elements[o]
+                aliases[inst] = _buffers(o, aliases)
             else:
-                src = frozenset().union(*(_buffers(o, aliases) for o in inst.operands))
-            if opcode == "tuple":
-                elements[inst] = [_buffers(o, aliases) for o in inst.operands]
-            aliases[inst] = src
+                if opcode == "get-tuple-element" and inst.operands[0] in elements:
+                    src = elements[inst.operands[0]][inst.tuple_index]
+                elif opcode == "add-dependency" and inst.operands:
+                    src = _buffers(inst.operands[0], aliases)
+                else:
+                    src = frozenset().union(*(_buffers(o, aliases) for o in inst.operands))
+                if opcode == "tuple":
+                    elements[inst] = [_buffers(o, aliases) for o in inst.operands]
+                aliases[inst] = src
         else:
             last[inst] = idx  # unused values die right after they are made
-            if opcode != "parameter" or is_entry:
+            if opcode != "parameter":
                 shape = inst.shape
                 n = byte_size.get(id(shape))
                 if n is None:
                     n = byte_size[id(shape)] = shape.byte_size()
                 own[idx] = n
-        # (operands and control predecessors are read here: both stay live until now)
+            elif is_entry:
+                params.append((inst, inst.shape.byte_size()))
+        # (operands and control predecessors are read here: both stay live until now).
+        # A read of a value without a buffer is noted on the value itself and passed on
+        # to the buffers it keeps alive below: the last read of either is what counts.
         for o in (inst.operands if not inst.control_predecessors
                   else (*inst.operands, *inst.control_predecessors)):
-            bufs = get_aliases(o)
-            if bufs is None:
-                last[o] = idx
-            else:
-                for buf in bufs:
-                    last[buf] = idx
+            last[o] = idx
+    for value, bufs in aliases.items():
+        read = last.get(value)
+        if read is not None:
+            for buf in bufs:
+                if last[buf] < read:
+                    last[buf] = read
     if comp.root is not None:
         for buf in _buffers(comp.root, aliases):
             last[buf] = end
     freed = [0] * (end + 1)  # bytes whose last use is at each position
-    for idx, inst in enumerate(order):
-        if own[idx]:
-            freed[last[inst]] += own[idx]
     live = 0
-    if is_entry:  # parameters are there before the first instruction runs
-        for idx, inst in enumerate(order):
-            if inst.opcode == "parameter":
-                live += own[idx]
-                own[idx] = 0
+    for inst, n in params:
+        live += n
+        freed[last[inst]] += n
     peak = live
+    # A value's bytes are added where it is made and, in the same step, noted as freed
+    # at its last use (never before its definition), which is reached later or now.
     for idx, inst in enumerate(order):
-        live += own[idx]
+        n = own[idx]
+        if n:
+            live += n
+            freed[last[inst]] += n
         if inst.opcode in _CONTROL_FLOW:
             live_in = live + max((_peak(c, False, memo) for c in inst.called_computations),
                                  default=0)

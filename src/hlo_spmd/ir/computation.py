@@ -93,10 +93,11 @@ class Computation:
                 if dep not in live:
                     add(dep)
                     push(dep)
-            for dep in inst.control_predecessors:
-                if dep not in live:
-                    add(dep)
-                    push(dep)
+            if inst.control_predecessors:  # (rare: no empty loop per instruction)
+                for dep in inst.control_predecessors:
+                    if dep not in live:
+                        add(dep)
+                        push(dep)
         before = len(self.instructions)
         self.instructions = [i for i in self.instructions if i in live]
         return before - len(self.instructions)

@@ -168,9 +168,11 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
             local[iid] = inst
             controls = imsg.control_predecessor_ids
             try:
-                inst.operands = list(map(operand, imsg.operand_ids))
+                # ``[:]`` copies a repeated field to a list in one call; iterating the
+                # field itself goes through the container element by element.
+                inst.operands = list(map(operand, imsg.operand_ids[:]))
                 if controls:
-                    inst.control_predecessors = list(map(operand, controls))
+                    inst.control_predecessors = list(map(operand, controls[:]))
             except KeyError as e:
                 raise InputError(f"operand id {e.args[0]} is not defined before use",
                                  _where(source, cmsg, imsg)) from None

@@ -6,7 +6,6 @@ included.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from hlo_spmd.ir.primitive_types import (
@@ -24,12 +23,61 @@ _TUPLE = PrimitiveType.TUPLE
 _TOKEN = PrimitiveType.TOKEN
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class _Frozen:
+    """What ``dataclass(frozen=True, slots=True)`` gave Layout and Shape, written out
+    (Python 3.11 builds a dataclass's methods by ``exec`` at import, several ms for
+    these two): fields set once in ``__init__``, no assignment or deletion after, a
+    copy / pickle rebuilds from the fields. Equality, hash and repr are each class's."""
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), tuple(getattr(self, f) for f in self.__slots__)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}("
+                + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__match_args__) + ")")
+
+
+class FrozenInstanceError(AttributeError):
+    """Assignment to a field of a Layout or Shape (as ``dataclasses.FrozenInstanceError``)."""
+
+
+_set = object.__setattr__
+
+
+class Layout(_Frozen):
+    __slots__ = ("minor_to_major", "tiles", "element_size_in_bits", "memory_space")
+    __match_args__ = __slots__
     minor_to_major: tuple[int, ...]
-    tiles: tuple[tuple[int, ...], ...] = ()
-    element_size_in_bits: int = 0
-    memory_space: int = 0
+    tiles: tuple[tuple[int, ...], ...]
+    element_size_in_bits: int
+    memory_space: int
+
+    def __init__(self, minor_to_major: tuple[int, ...], tiles: tuple[tuple[int, ...], ...] = (),
+                 element_size_in_bits: int = 0, memory_space: int = 0) -> None:
+        _set(self, "minor_to_major", minor_to_major)
+        _set(self, "tiles", tiles)
+        _set(self, "element_size_in_bits", element_size_in_bits)
+        _set(self, "memory_space", memory_space)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.minor_to_major, self.tiles, self.element_size_in_bits,
+                    self.memory_space) == (other.minor_to_major, other.tiles,  # type: ignore[attr-defined]
+                                           other.element_size_in_bits, other.memory_space)  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.minor_to_major, self.tiles, self.element_size_in_bits,
+                     self.memory_space))
 
     @staticmethod
     def default(rank: int) -> "Layout":
@@ -60,16 +108,41 @@ def _tile_dim(d: int) -> str:
     return "*" if d == -(2**63) else str(d)
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(_Frozen):
+    __slots__ = ("element_type", "dims", "tuple_shapes", "layout", "dynamic_dims",
+                 "source_proto")
+    # ``source_proto`` is outside the value: not compared, hashed or printed.
+    __match_args__ = ("element_type", "dims", "tuple_shapes", "layout", "dynamic_dims")
     element_type: PrimitiveType
-    dims: tuple[int, ...] = ()
-    tuple_shapes: tuple["Shape", ...] = ()
-    layout: Layout | None = None
+    dims: tuple[int, ...]
+    tuple_shapes: tuple["Shape", ...]
+    layout: Layout | None
     # True for a bounded-dynamic dimension (`f32[<=8]`).
-    dynamic_dims: tuple[bool, ...] = ()
+    dynamic_dims: tuple[bool, ...]
     # The ShapeProto this value was read from, reused on save; not part of the value.
-    source_proto: Any = field(default=None, compare=False, hash=False, repr=False)
+    source_proto: Any
+
+    def __init__(self, element_type: PrimitiveType, dims: tuple[int, ...] = (),
+                 tuple_shapes: tuple["Shape", ...] = (), layout: Layout | None = None,
+                 dynamic_dims: tuple[bool, ...] = (), source_proto: Any = None) -> None:
+        _set(self, "element_type", element_type)
+        _set(self, "dims", dims)
+        _set(self, "tuple_shapes", tuple_shapes)
+        _set(self, "layout", layout)
+        _set(self, "dynamic_dims", dynamic_dims)
+        _set(self, "source_proto", source_proto)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.element_type, self.dims, self.tuple_shapes, self.layout,
+                    self.dynamic_dims) == (other.element_type, other.dims,  # type: ignore[attr-defined]
+                                           other.tuple_shapes, other.layout,  # type: ignore[attr-defined]
+                                           other.dynamic_dims)  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.element_type, self.dims, self.tuple_shapes, self.layout,
+                     self.dynamic_dims))
 
     # -- constructors -------------------------------------------------------------------
     @staticmethod

@@ -55,7 +55,7 @@ from hlo_spmd.ir.primitive_types import (
 )
 from hlo_spmd.ir.shape import Layout, Shape
 from hlo_spmd.memo import BoundedMemo
-from hlo_spmd.proto import hlo_pb2
+from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.computation import Computation
@@ -707,12 +707,26 @@ def _tuple(c: _Ctx) -> Shape:
 def _constant(c: _Ctx) -> Shape:
     c.count(0)
     if c.attrs.HasField("literal") and c.attrs.literal.HasField("shape"):
-        from hlo_spmd.ir.proto_io import shape_from_proto
+        msg = c.attrs.literal.shape
+        key = msg.SerializeToString()
+        shape = _LITERAL_SHAPES.get(key)
+        if shape is None:
+            from hlo_spmd.ir.proto_io import shape_from_proto
 
-        return shape_from_proto(c.attrs.literal.shape)
+            # Read from a private copy: the Shape keeps its proto (saved back as is),
+            # and the literal's own message belongs to an instruction that may change.
+            own = xla_data_pb2.ShapeProto()
+            own.ParseFromString(key)
+            shape = _LITERAL_SHAPES.put(key, shape_from_proto(own))
+        return shape
     if c.declared is None:
         raise c.fail("constant has no literal")
     return c.declared
+
+
+# Serialized literal ShapeProto -> its Shape: a module has a few literal shapes over
+# hundreds of constants (scalars, offset tables), each read once.
+_LITERAL_SHAPES = BoundedMemo(4096)
 
 
 # -- reductions and windows -------------------------------------------------------------------
@@ -1151,6 +1165,10 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
         return
     if kind == "iota":
         p = _iota_proto(c.attrs)
+        # As explicit lists below: each distinct iota list (by its bytes) is checked once.
+        key = ("iota", p.SerializeToString())
+        if key in _GROUPS_OK:
+            return
         dims = list(p.iota_reshape_dims) or [p.num_replica_groups * p.num_devices_per_group]
         perm = list(p.iota_transpose_perm) or list(range(len(dims)))
         if (p.num_replica_groups < 1 or p.num_devices_per_group < 1
@@ -1159,6 +1177,7 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
                 or sorted(perm) != list(range(len(dims)))):
             raise c.fail(f"invalid iota replica groups [{p.num_replica_groups},"
                          f"{p.num_devices_per_group}]<={dims}T{tuple(perm)}")
+        _GROUPS_OK.put(key, True)
         return
     if kind != "explicit":
         return
@@ -1192,7 +1211,9 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
     _GROUPS_OK.put(key, True)
 
 
-_GROUPS_OK = BoundedMemo(4096)  # (uniform, serialized explicit groups) that passed
+# Group lists that passed: (uniform, serialized explicit groups) or ("iota", serialized
+# iota list).
+_GROUPS_OK = BoundedMemo(4096)
 
 
 def _collective_reducer(c: _Ctx) -> None:
@@ -1694,7 +1715,8 @@ def _field_reader(name: str) -> Callable[[Any], Any]:
     f = _FIELDS[name]
     repeated = f.is_repeated
     if f.message_type is None:
-        return (lambda a: tuple(getattr(a, name))) if repeated else (lambda a: getattr(a, name))
+        # ``[:]`` copies a repeated field in one call (iterating it is per element).
+        return (lambda a: tuple(getattr(a, name)[:])) if repeated else (lambda a: getattr(a, name))
     if repeated:
         return lambda a: tuple(m.SerializeToString(deterministic=True) for m in getattr(a, name))
     return lambda a: (a.HasField(name), getattr(a, name).SerializeToString(deterministic=True))

@@ -140,6 +140,16 @@ class _ModuleState:
                                 _where(comp))
 
         names, ids = self.names, self.ids
+        # Names and ids new and distinct, checked for the whole computation by C-level set
+        # operations; only when that fails does the loop test them one by one (so the
+        # error names the first offending instruction, after any earlier problem).
+        batch_names = {inst.name for inst in insts}
+        batch_ids = {inst.id for inst in insts}
+        one_by_one = not (len(batch_names) == len(insts) == len(batch_ids)
+                          and names.isdisjoint(batch_names) and ids.isdisjoint(batch_ids))
+        if not one_by_one:
+            names |= batch_names
+            ids |= batch_ids
         add_name, add_id = names.add, ids.add
         comp_pos = self.position.get(id(comp), -1)
         param_numbers: dict[int, object] = {}
@@ -150,16 +160,22 @@ class _ModuleState:
         check_shardings = self.check_shardings
         shardings_ok = self.shardings_ok
         known, arities = KNOWN_OPCODES, ARITY
+        # One function naming the place, made once: asked (only on a failure) while
+        # ``inst`` is the instruction being checked.
+        where = lambda: _where(comp, inst)  # noqa: E731
         for inst in insts:
             opcode = inst.opcode
-            n_names = len(names)
-            add_name(inst.name)
-            if len(names) == n_names:
-                raise VerifierError(f"duplicate instruction name {inst.name!r}", _where(comp, inst))
-            n_ids = len(ids)
-            add_id(inst.id)
-            if len(ids) == n_ids:
-                raise VerifierError(f"duplicate instruction id {inst.id}", _where(comp, inst))
+            if one_by_one:
+                n_names = len(names)
+                add_name(inst.name)
+                if len(names) == n_names:
+                    raise VerifierError(f"duplicate instruction name {inst.name!r}",
+                                        _where(comp, inst))
+                n_ids = len(ids)
+                add_id(inst.id)
+                if len(ids) == n_ids:
+                    raise VerifierError(f"duplicate instruction id {inst.id}",
+                                        _where(comp, inst))
             if inst.parent is not comp:
                 other = inst.parent.name if inst.parent is not None else "no computation"
                 raise VerifierError(f"instruction's parent is {other}", _where(comp, inst))
@@ -199,7 +215,7 @@ class _ModuleState:
             if check_shapes:
                 try:
                     inferred = infer(opcode, [o.shape for o in operands], inst.attrs, called,
-                                     shape, lambda: _where(comp, inst))
+                                     shape, where)
                 except VerifierError:
                     raise
                 except (IndexError, KeyError, ValueError, TypeError) as e:

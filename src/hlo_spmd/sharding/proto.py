@@ -141,7 +141,18 @@ def _from_proto_leaf(msg: Any, pb: Any) -> HloSharding:
     if t == pb.OpSharding.TUPLE:
         if md:
             raise ShardingError("tuple OpSharding must not carry metadata")
-        return HloSharding.tuple(from_proto(e) for e in msg.tuple_shardings)
+        # A tuple repeats a few element shardings over many leaves (a training step's
+        # result tuple: one per weight and gradient), so each distinct element (by its
+        # bytes) is read once and shared, as a load shares equal shardings.
+        seen: dict[bytes, HloSharding] = {}
+        elements = []
+        for e in msg.tuple_shardings:
+            key = e.SerializeToString()
+            s = seen.get(key)
+            if s is None:
+                s = seen[key] = from_proto(e)
+            elements.append(s)
+        return HloSharding.tuple(elements)
     if t == pb.OpSharding.REPLICATED:
         return HloSharding.replicate(md)
     if t == pb.OpSharding.MANUAL:

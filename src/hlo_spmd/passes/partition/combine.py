@@ -108,7 +108,7 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
             anc |= ancestors[o]
         for o in inst.control_predecessors:
             anc |= ancestors[o]
-        if _candidate(comp, inst, causes):
+        if inst.opcode in KINDS and _candidate(comp, inst, causes):  # (the call: rarely)
             key = _key(inst, causes.lookup(inst).cause)
             size = max(inst.shape.byte_size(), inst.operands[0].shape.byte_size())  # buffer
             group = open_groups.get(key)
@@ -217,8 +217,11 @@ def _in_order(insts: list[Instruction],
     operand it lacks and enters a heap once ready; at each step the next in rank order
     and the heap's top compete, so the pick is Kahn's."""
     members = set(insts)  # identity sets, as in combine_collectives
-    ranks = [(position[i], k) for k, i in enumerate(insts)]
-    walk = sorted(range(len(insts)), key=ranks.__getitem__)
+    # The rank (position, index) as one int, position * n + index (index < n): the same
+    # order, compared and heaped as plain ints.
+    n = len(insts)
+    ranks = [position[i] * n + k for k, i in enumerate(insts)]
+    walk = sorted(range(n), key=ranks.__getitem__)
     done: set[Instruction] = set()
 
     def missing(inst: Instruction) -> Instruction | None:
@@ -232,7 +235,7 @@ def _in_order(insts: list[Instruction],
         return None
 
     waiting: dict[Instruction, list[int]] = {}  # dep -> indices of instructions waiting on it
-    ready: list[tuple[tuple[int, int], int]] = []  # (rank, index), became ready late
+    ready: list[tuple[int, int]] = []  # (rank, index), became ready late
     out: list[Instruction] = []
     nxt = 0
     while True:

@@ -47,6 +47,9 @@ def sink_to_first_use(comp: Computation) -> bool:
             tied.update(inst.control_predecessors)
     movable: dict[Instruction, int] = {}  # -> position, in program order
     for pos, inst in enumerate(order):
+        ops = inst.operands
+        if ops and ops[0].shape.dims:
+            continue  # reads a non-scalar (most do): not movable, without the call
         if inst is not root and inst not in tied and _movable(inst):
             movable[inst] = pos
     if not movable:

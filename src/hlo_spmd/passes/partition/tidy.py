@@ -149,8 +149,34 @@ def _reducer_opcode(inst: Instruction) -> str | None:
     return root.opcode
 
 
+class _DeviceFacts:
+    """One rewrite's per-device readings, each made once: a collective's slices share
+    its groups, and the slices of many collectives share one offset table lookup."""
+
+    __slots__ = ("num_devices", "_positions", "_values")
+
+    def __init__(self, num_devices: int) -> None:
+        self.num_devices = num_devices
+        # Keyed by id, the object held beside its answer (ids stay theirs meanwhile).
+        self._positions: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._values: dict[int, tuple[Instruction, np.ndarray | None]] = {}
+
+    def position_in_group(self, groups: np.ndarray) -> np.ndarray | None:
+        got = self._positions.get(id(groups))
+        if got is None:
+            got = self._positions[id(groups)] = (
+                groups, _position_in_group(groups, self.num_devices))
+        return got[1]
+
+    def per_device(self, inst: Instruction) -> np.ndarray | None:
+        got = self._values.get(id(inst))
+        if got is None:
+            got = self._values[id(inst)] = (inst, _per_device(inst, self.num_devices))
+        return got[1]
+
+
 def _own_part_dim(ds: Instruction, full: Instruction, groups: np.ndarray,
-                  num_devices: int) -> int | None:
+                  facts: _DeviceFacts) -> int | None:
     """The dim along which ``ds`` (a dynamic-slice of ``full``) cuts exactly part ``i`` of
     ``g`` equal parts for the ``i``-th member of every replica group, all other dims
     whole; None otherwise."""
@@ -165,8 +191,8 @@ def _own_part_dim(ds: Instruction, full: Instruction, groups: np.ndarray,
     g = int(groups.shape[1])
     if g < 2 or dims[d] % g or sizes[d] != dims[d] // g:
         return None
-    pos = _position_in_group(groups, num_devices)
-    starts = _per_device(ds.operands[1 + d], num_devices)
+    pos = facts.position_in_group(groups)
+    starts = facts.per_device(ds.operands[1 + d])
     if pos is None or starts is None or not np.array_equal(starts, pos * sizes[d]):
         return None
     return d
@@ -290,15 +316,21 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
                                         inherit=lambda new, old: None) -> bool:
     changed = False
     users = iter_operand_users(comp.instructions)
+    facts = _DeviceFacts(num_devices)
     for ar in list(comp.instructions):
         if ar.opcode != "all-reduce" or len(ar.operands) != 1 or not ar.shape.is_array \
                 or comp.root is ar:
             continue
         cuts = users.get(id(ar), [])
-        groups = _groups(ar, num_devices)
-        if not cuts or groups is None:
+        # Every user must be a dynamic-slice of the all-reduce (``_own_part_dim``): the
+        # groups (read from the attributes into an array) are asked only then.
+        if not cuts or not all(ds.opcode == "dynamic-slice" and ds.operands[0] is ar
+                               for ds in cuts):
             continue
-        dims = {_own_part_dim(ds, ar, groups, num_devices) for ds in cuts}
+        groups = _groups(ar, num_devices)
+        if groups is None:
+            continue
+        dims = {_own_part_dim(ds, ar, groups, facts) for ds in cuts}
         if len(dims) != 1 or None in dims:
             continue
         d = dims.pop()
@@ -313,18 +345,26 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
 
 
 def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
+    # Only a dynamic-slice of an all-gather is folded: without one, no use map is built.
+    if not any(i.opcode == "dynamic-slice" and i.operands and
+               i.operands[0].opcode == "all-gather" for i in comp.instructions):
+        return False
     changed = False
     users = iter_operand_users(comp.instructions)
+    facts = _DeviceFacts(num_devices)
     for ag in list(comp.instructions):
         if ag.opcode != "all-gather" or len(ag.operands) != 1 or not ag.shape.is_array:
             continue
+        cuts = users.get(id(ag), [])
+        if not any(ds.opcode == "dynamic-slice" for ds in cuts):
+            continue  # (the groups array is read only for a gather that is cut)
         groups = _groups(ag, num_devices)
         if groups is None:
             continue
         d = int(ag.attrs.dimensions[0])
         x = ag.operands[0]
-        for ds in users.get(id(ag), []):
-            if _own_part_dim(ds, ag, groups, num_devices) == d and ds.shape == x.shape:
+        for ds in cuts:
+            if _own_part_dim(ds, ag, groups, facts) == d and ds.shape == x.shape:
                 _replace(comp, ds, x, users)
                 changed = True
     return changed
