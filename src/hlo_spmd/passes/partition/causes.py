@@ -74,6 +74,16 @@ class CauseLog:
         generator-based context manager, keeps that cheap."""
         return _Entered(self._stack, cause, serves, src, dst)
 
+    def enter_instruction(self, inst: "Instruction") -> None:
+        """``scope(None, inst).__enter__()`` for the driver, which enters one scope per
+        instruction of the module (no context-manager object); ``leave`` ends it."""
+        top = self._stack[-1]
+        self._stack.append(Scope(top.cause, inst, top.src, top.dst))
+
+    def leave(self) -> None:
+        """End the innermost scope begun by ``enter_instruction``."""
+        self._stack.pop()
+
     def note(self, inst: "Instruction") -> "Instruction":
         """Record the current scope on a collective just created; returns it."""
         self.notes[id(inst)] = (inst, self.current)
