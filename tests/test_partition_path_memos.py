@@ -9,6 +9,8 @@ from hlo_spmd.collectives.groups import DeviceGrouping
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.sharding import HloSharding
 
@@ -67,3 +69,22 @@ def test_logical_table_memo_keys_on_grouping():
     # same factory, same table: the instruction is shared; uniform tables are constants
     assert swapped.logical_table_lookup(values) is a
     assert flat.logical_table_lookup(np.array([4, 4, 4, 4])).opcode == "constant"
+
+
+def test_collective_iota_groups_written_as_set_replica_groups():
+    from hlo_spmd.ir.builder import IotaGroups, set_replica_groups
+    from hlo_spmd.proto import hlo_pb2
+
+    _, b = _module()
+    x = b.parameter(0, Shape.array(PrimitiveType.F32, (4, 2)))
+    groups = IotaGroups(2, 4, (4, 2), (1, 0))
+    one = b.all_reduce(x, "add", groups)
+    two = b.all_reduce(x, "add", groups)
+    expected = hlo_pb2.HloInstructionProto()
+    set_replica_groups(expected, groups)
+    for inst in (one, two):
+        assert inst.attrs.iota_collective_device_list == expected.iota_collective_device_list
+    # each instruction owns its copy of the (memoised) group list
+    one.attrs.iota_collective_device_list.num_replica_groups = 7
+    assert two.attrs.iota_collective_device_list.num_replica_groups == 2
+    assert b.all_reduce(x, "add", groups).attrs.iota_collective_device_list.num_replica_groups == 2

@@ -179,19 +179,39 @@ def set_replica_groups(attrs: hlo_pb2.HloInstructionProto, groups: ReplicaGroups
     attrs.ClearField("collective_device_list")
     attrs.ClearField("iota_collective_device_list")
     attrs.ClearField("mesh_axes_replica_group_list")
-    if groups is None:
-        return
-    if (isinstance(groups, tuple) and not isinstance(groups, IotaGroups) and groups
-            and isinstance(groups[0], (int, np.integer))):
-        groups = IotaGroups(*groups)  # (num_groups, group_size[, reshape_dims, perm])
-    if isinstance(groups, IotaGroups):
-        iota = attrs.iota_collective_device_list
+    _write_replica_groups(attrs, groups)
+
+
+# IotaGroups -> its IotaReplicaGroupListProto: the partitioner writes the same few group
+# lists on thousands of collectives (copied into each instruction's attrs).
+_IOTA_PROTOS = BoundedMemo(4096)
+
+
+def _iota_list_proto(groups: IotaGroups) -> Any:
+    key = (int(groups.num_groups), int(groups.group_size), tuple(groups.reshape_dims),
+           tuple(groups.transpose_perm))
+    hit = _IOTA_PROTOS.get(key)
+    if hit is None:
+        iota = hlo_pb2.HloInstructionProto().iota_collective_device_list
         iota.num_replica_groups = int(groups.num_groups)
         iota.num_devices_per_group = int(groups.group_size)
         reshape = list(groups.reshape_dims) or [groups.num_groups * groups.group_size]
         iota.iota_reshape_dims.extend(int(d) for d in reshape)
         iota.iota_transpose_perm.extend(int(p) for p in (groups.transpose_perm
                                                            or range(len(reshape))))
+        hit = _IOTA_PROTOS.put(key, iota)
+    return hit
+
+
+def _write_replica_groups(attrs: hlo_pb2.HloInstructionProto, groups: ReplicaGroups) -> None:
+    """``set_replica_groups`` on attrs that hold no replica groups yet."""
+    if groups is None:
+        return
+    if (isinstance(groups, tuple) and not isinstance(groups, IotaGroups) and groups
+            and isinstance(groups[0], (int, np.integer))):
+        groups = IotaGroups(*groups)  # (num_groups, group_size[, reshape_dims, perm])
+    if isinstance(groups, IotaGroups):
+        attrs.iota_collective_device_list.CopyFrom(_iota_list_proto(groups))
         return
     if isinstance(groups, np.ndarray) and groups.ndim != 2:
         raise ValueError(f"replica groups must be a [num_groups, group_size] array, got "
@@ -703,7 +723,7 @@ class Builder:
     def _collective_attrs(self, groups: ReplicaGroups, channel_id: int | None,
                           use_global_device_ids: bool | None) -> hlo_pb2.HloInstructionProto:
         attrs = hlo_pb2.HloInstructionProto()
-        set_replica_groups(attrs, groups)
+        _write_replica_groups(attrs, groups)
         attrs.channel_id = channel_id if channel_id is not None else next_channel_id(self.module)
         if use_global_device_ids and groups is not None:
             # Flattened device ids; without groups the mode is cross-partition (all devices).

@@ -206,11 +206,15 @@ def partition_module(module: Module, num_partitions: int,
         result = b.op("copy", [result], declared=result.shape)  # a root must not double as input
     b.set_root(result)
 
-    for inst in out.instructions():
-        inst.sharding = None
-        inst.source_sharding = None
-        if inst.attrs.HasField("frontend_attributes"):
-            _drop_sdy_attributes(inst.attrs.frontend_attributes)
+    for comp in out.computations:
+        for inst in comp.instructions:
+            inst.sharding = None
+            inst.source_sharding = None
+            attrs = inst.attrs
+            # Most instructions carry an empty frontend_attributes message (copied from
+            # the input): only a non-empty map can hold Shardy keys.
+            if attrs.HasField("frontend_attributes") and attrs.frontend_attributes.map:
+                _drop_sdy_attributes(attrs.frontend_attributes)
     _drop_sdy_attributes(out.attrs.frontend_attributes)
     for new, param in zip(new_params, module.entry.parameters):
         new.sharding = manual_like(param.shape)
