@@ -39,7 +39,7 @@ from hlo_spmd.ir.primitive_types import (
     text_name,
 )
 from hlo_spmd.ir.shape import Shape
-from hlo_spmd.ir.shape_inference import XLA_SPELLING, array_shape, infer_shape
+from hlo_spmd.ir.shape_inference import XLA_SPELLING, InferenceMemo, array_shape, infer_shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 
@@ -132,11 +132,17 @@ def _small_literal(value: Any, et: PrimitiveType) -> xla_data_pb2.LiteralProto:
 
 # -- per-module state (channel ids, cached scalar computations) -----------------------------------
 class _ModuleState:
-    __slots__ = ("next_channel", "computations")
+    __slots__ = ("next_channel", "computations", "inferred")
 
     def __init__(self) -> None:
         self.next_channel: int | None = None
         self.computations: dict[Any, Computation] = {}
+        # Shape inference of the module's builders, remembered per key for the opcodes
+        # whose rule is a pure function of it (shape_inference.InferenceMemo: operand and
+        # declared shape objects, callee signatures, the fields read; failures are not
+        # remembered). A partitioned model builds the same few reduces, dots, broadcasts
+        # and reshapes in every layer. Holds its keys' objects while the module lives.
+        self.inferred = InferenceMemo()
 
 
 # Keyed weakly: the state lives exactly as long as its module.
@@ -285,6 +291,7 @@ class Builder:
                  metadata: xla_data_pb2.OpMetadata | None = None) -> None:
         self.computation = computation
         self.metadata = metadata
+        self._infer: Any = None  # the module's InferenceMemo.infer, found by the first op
 
     @property
     def module(self) -> "Module":
@@ -310,10 +317,22 @@ class Builder:
             attrs = hlo_pb2.HloInstructionProto()
         if self.metadata is not None and not attrs.HasField("metadata"):
             attrs.metadata.CopyFrom(self.metadata)
-        shape = infer_shape(opcode, [o.shape for o in operands], attrs, called, declared,
-                            where=self._where)
+        infer = self._infer
+        if infer is None:
+            infer = self._inference()
+        shape = infer(opcode, [o.shape for o in operands], attrs, called, declared,
+                      self._where)
         inst = Instruction(opcode, shape, operands, attrs=attrs, called_computations=called)
         return comp.add(inst, name or opcode)
+
+    def _inference(self):
+        """The module's memoised shape inference, or plain ``infer_shape`` while the
+        computation belongs to no module yet (asked again by the next op)."""
+        module = self.computation.module
+        if module is None:
+            return infer_shape
+        self._infer = _state(module).inferred.infer
+        return self._infer
 
     def _where(self) -> str:
         """Where an inference failure happened (made only when one does)."""
