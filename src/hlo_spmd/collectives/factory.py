@@ -60,11 +60,13 @@ _PHYSICAL_TABLES = BoundedMemo(4096)
 
 class CollectiveFactory:
     def __init__(self, builder: Builder, grouping: DeviceGrouping, log=None) -> None:
-        from hlo_spmd.passes.partition.causes import CauseLog
+        if log is None:  # (derived factories share their parent's log)
+            from hlo_spmd.passes.partition.causes import CauseLog
 
+            log = CauseLog()
         self.b = builder
         self.grouping = grouping
-        self.log = log if log is not None else CauseLog()  # why each collective exists
+        self.log = log  # why each collective exists
         self._tables: dict[tuple, Instruction] = {}
         self._pid: Instruction | None = None
 

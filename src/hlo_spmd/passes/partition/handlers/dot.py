@@ -163,16 +163,33 @@ def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Pr
         # Padding of the grouped contracting dims becomes data inside the groups: zero it.
         l = mask_padding(ctx, l, list(plan.x_dims[0]))
         r = mask_padding(ctx, r, list(plan.x_dims[1]))
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(plan.groups))
+    grouping = ctx.grouping
+    sub = plan.subgroups.get(id(grouping))
+    if sub is None:  # (the outer grouping is held, so its id stays its own)
+        sub = plan.subgroups[id(grouping)] = (grouping, grouping.subgroup(plan.groups))
+    inner_ctx = ctx.in_group(sub[1])
     inner = plan.inner
-    li = PValue(l.hlo, l.base_shape.with_dims(inner.lhs_shape), inner.lhs)
-    ri = PValue(r.hlo, r.base_shape.with_dims(inner.rhs_shape), inner.rhs)
+    li = PValue(l.hlo, _with_dims(l.base_shape, inner.lhs_shape), inner.lhs)
+    ri = PValue(r.hlo, _with_dims(r.base_shape, inner.rhs_shape), inner.rhs)
     res = emit_plan(inner_ctx, inst, plan.inner_plan, inner, li, ri,
-                    out_shape.with_dims(inner.out_shape), local_op)
+                    _with_dims(out_shape, inner.out_shape), local_op)
     x = res.hlo
     if plan.kind == CONTRACTING:
-        x = ctx.f.all_reduce(x, _adder(x), np.ascontiguousarray(plan.groups.T))
+        x = ctx.f.all_reduce(x, _adder(x), plan.cross_groups)
     return PValue(x, out_shape, plan.result)
+
+
+# (id(shape), dims) -> (shape, shape.with_dims(dims)): the per-group shapes of a grouped
+# plan, asked for by every dot of every layer. Shapes are immutable and held in the entry.
+_GROUP_SHAPES = BoundedMemo(4096)
+
+
+def _with_dims(shape, dims: tuple[int, ...]):
+    key = (id(shape), dims)
+    hit = _GROUP_SHAPES.get(key)
+    if hit is None:
+        hit = _GROUP_SHAPES.put(key, (shape, shape.with_dims(dims)))
+    return hit[1]
 
 
 def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: DotDims,

@@ -50,14 +50,23 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
 # bitcast-convert between widths changes the rank; ``shapes`` handles it (same widths too).
 @handles(*sorted(ELEMENTWISE - {"bitcast-convert"}))
 def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
-    target = ctx.sharding_of(inst)
-    if target.is_maximal:
+    target = inst.sharding
+    if target is None or target.is_maximal:
         target = HloSharding.replicate()
-    rank = inst.shape.rank
-    values = [ctx.value(op) for op in inst.operands]
-    if all(op.shape.rank == rank and (v.sharding is target or v.sharding == target)
-           for op, v in zip(inst.operands, values)) and (
-            inst.opcode in LINEAR_OPS or not is_unreduced(target)):
+    rank = len(inst.shape.dims)
+    operands = inst.operands
+    partitioned = ctx.values
+    try:  # (the values map directly: this handler runs for most instructions)
+        values = [partitioned[id(op)] for op in operands]
+    except KeyError:
+        values = [ctx.value(op) for op in operands]  # raises, naming the operand
+    common = True
+    for op, v in zip(operands, values):
+        s = v.sharding
+        if len(op.shape.dims) != rank or (s is not target and s != target):
+            common = False
+            break
+    if common and (inst.opcode in LINEAR_OPS or not is_unreduced(target)):
         # The common case: every operand is whole-rank and already at the target, which
         # compute_sharding would choose (no candidate beats a free target), so nothing
         # is resharded, before or after.
