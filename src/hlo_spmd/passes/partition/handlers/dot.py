@@ -39,6 +39,10 @@ from hlo_spmd.sharding import HloSharding
 
 from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 
 # -- entry point ---------------------------------------------------------------------------
 # One planner for the process: a plan depends only on its Problem (shapes, shardings,
@@ -83,11 +87,11 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
            for s in (lhs.sharding, rhs.sharding, target)):
         return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape,
                                            local_op)
-    work_target = target if is_plain(target) else HloSharding.replicate()
+    work_target = target if is_plain(target) else _REPLICATED
     if not is_plain(lhs.sharding):
-        lhs = ctx.reshard(lhs, HloSharding.replicate())
+        lhs = ctx.reshard(lhs, _REPLICATED)
     if not is_plain(rhs.sharding):
-        rhs = ctx.reshard(rhs, HloSharding.replicate())
+        rhs = ctx.reshard(rhs, _REPLICATED)
     problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
                       lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
                       (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))

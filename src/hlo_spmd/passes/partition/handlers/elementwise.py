@@ -23,6 +23,10 @@ from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 from hlo_spmd.sharding import HloSharding
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 
 def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
                      cost: Callable[[int | None, HloSharding, HloSharding], float] | None = None
@@ -52,7 +56,7 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
 def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = inst.sharding
     if target is None or target.is_maximal:
-        target = HloSharding.replicate()
+        target = _REPLICATED
     rank = len(inst.shape.dims)
     operands = inst.operands
     partitioned = ctx.values
@@ -89,7 +93,7 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     for i, op in enumerate(inst.operands):
         # Scalars broadcast implicitly (clamp/select bounds): keep them whole.
         operands.append(ctx.operand(inst, i, sharding if i in full_rank
-                                    else HloSharding.replicate()))
+                                    else _REPLICATED))
     local = ctx.local_shape(inst.shape, sharding)
     pv = PValue(emit_like(ctx, inst, operands, local), inst.shape, sharding)
     return reshard(ctx, pv, target)
