@@ -322,7 +322,7 @@ class Builder:
             infer = self._inference()
         shape = infer(opcode, [o.shape for o in operands], attrs, called, declared,
                       self._where)
-        inst = Instruction(opcode, shape, operands, attrs=attrs, called_computations=called)
+        inst = Instruction(opcode, shape, operands, "", attrs, called)  # (positional: hot)
         return comp.add(inst, name or opcode)
 
     def _inference(self):

@@ -139,7 +139,10 @@ class PartitionContext:
 
     def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
         """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
-        pv = self.value(inst.operands[i])
+        try:  # (the map directly: asked for nearly every operand of the module)
+            pv = self.values[id(inst.operands[i])]
+        except KeyError:
+            pv = self.value(inst.operands[i])  # raises, naming the operand
         s = pv.sharding
         if s is target or s == target:  # the common case; ``reshard`` returns it as is
             return pv.hlo
