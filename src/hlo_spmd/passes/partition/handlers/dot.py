@@ -72,25 +72,26 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
     out_shape = inst.shape.with_dims(out_dims) if tuple(inst.shape.dims) != out_dims \
         else inst.shape
-    if target.is_manual or (lhs.sharding.is_manual and rhs.sharding.is_manual):
-        if not (target.is_manual and lhs.sharding.is_manual and rhs.sharding.is_manual):
+    lf, rf, tf = _facts(lhs.sharding), _facts(rhs.sharding), _facts(target)
+    if tf[1] or (lf[1] and rf[1]):  # manual
+        if not (tf[1] and lf[1] and rf[1]):
             raise PartitionError("a dot mixes manual and non-manual operands or result",
                                  f"instruction {inst.name}")
         return PValue(local_op(ctx, inst, dims, lhs.hlo, rhs.hlo), out_shape, target)
-    from hlo_spmd.passes.partition import unreduced
-    if unreduced.is_unreduced(target) and target.subgroup_manual_dim is None:
+    if tf[2]:  # unreduced, with no manual subgroup
+        from hlo_spmd.passes.partition import unreduced
+
         out = unreduced.dot_unreduced(ctx, inst, dims, lhs, rhs, target, out_shape,
                                       local_op, mask_padding)
         if out is not None:
             return out
-    if any(s.is_tiled and s.subgroup_manual_dim is not None
-           for s in (lhs.sharding, rhs.sharding, target)):
+    if lf[3] or rf[3] or tf[3]:  # tiled with a manual subgroup
         return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape,
                                            local_op)
-    work_target = target if is_plain(target) else _REPLICATED
-    if not is_plain(lhs.sharding):
+    work_target = target if tf[4] else _REPLICATED
+    if not lf[4]:
         lhs = ctx.reshard(lhs, _REPLICATED)
-    if not is_plain(rhs.sharding):
+    if not rf[4]:
         rhs = ctx.reshard(rhs, _REPLICATED)
     problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
                       lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
@@ -107,6 +108,24 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
             return ctx.reshard(ctx.reshard(out, problem.out), target)
     out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape, local_op)
     return ctx.reshard(out, target)
+
+
+# id(sharding) -> (sharding, manual, unreduced without a manual subgroup, tiled with a
+# manual subgroup, plain): what partition_dot asks of each of its three shardings, for
+# every dot of every layer. Shardings are immutable shared objects, held in the entry.
+_FACTS = BoundedMemo(4096)
+
+
+def _facts(s: HloSharding) -> tuple:
+    got = _FACTS.get(id(s))
+    if got is None:
+        from hlo_spmd.passes.partition import unreduced
+
+        manual_dim = s.subgroup_manual_dim
+        got = _FACTS.put(id(s), (s, s.is_manual,
+                                 unreduced.is_unreduced(s) and manual_dim is None,
+                                 s.is_tiled and manual_dim is not None, is_plain(s)))
+    return got
 
 
 # -- emission ------------------------------------------------------------------------------
