@@ -77,8 +77,7 @@ class CauseLog:
     def enter_instruction(self, inst: "Instruction") -> None:
         """``scope(None, inst).__enter__()`` for the driver, which enters one scope per
         instruction of the module (no context-manager object); ``leave`` ends it."""
-        top = self._stack[-1]
-        self._stack.append(Scope(top.cause, inst, top.src, top.dst))
+        _push(self._stack, None, inst, None, None)
 
     def leave(self) -> None:
         """End the innermost scope begun by ``enter_instruction``."""
