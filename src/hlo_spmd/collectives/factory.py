@@ -48,13 +48,25 @@ def _groups_memo(grouping: DeviceGrouping, logical_groups: np.ndarray) -> IotaGr
     return hit
 
 
+def _table_facts(values: np.ndarray) -> tuple:
+    """(values, every entry equal, the bytes naming the table): what a lookup needs."""
+    return values, bool(values.size and np.all(values == values.flat[0])), values.tobytes()
+
+
+# (grouping key, logical table dtype, shape and bytes) -> _table_facts of the physical
+# table. Pure in the two arrays; the physical tables are never written.
+_PHYSICAL_TABLES = BoundedMemo(4096)
+
+
 class CollectiveFactory:
     def __init__(self, builder: Builder, grouping: DeviceGrouping, log=None) -> None:
-        from hlo_spmd.passes.partition.causes import CauseLog
+        if log is None:  # (derived factories share their parent's log)
+            from hlo_spmd.passes.partition.causes import CauseLog
 
+            log = CauseLog()
         self.b = builder
         self.grouping = grouping
-        self.log = log if log is not None else CauseLog()  # why each collective exists
+        self.log = log  # why each collective exists
         self._tables: dict[tuple, Instruction] = {}
         self._pid: Instruction | None = None
 
@@ -112,10 +124,13 @@ class CollectiveFactory:
     def table_lookup(self, physical_values: np.ndarray, element_type=PrimitiveType.S32,
                      name: str | None = None) -> Instruction:
         """This device's entry of a per-physical-device table (a scalar)."""
-        values = np.asarray(physical_values)
-        if values.size and np.all(values == values.flat[0]):
+        return self._lookup(_table_facts(np.asarray(physical_values)), element_type, name)
+
+    def _lookup(self, facts: tuple, element_type, name: str | None = None) -> Instruction:
+        values, uniform, data = facts
+        if uniform:
             return self.b.constant(np.asarray(values.flat[0]).astype(np.int64), element_type)
-        key = (values.tobytes(), int(element_type), self.b.computation.name)
+        key = (data, int(element_type), self.b.computation.name)
         cached = self._tables.get(key)
         if cached is not None and cached.parent is self.b.computation:
             return cached
@@ -129,5 +144,11 @@ class CollectiveFactory:
     def logical_table_lookup(self, logical_values: np.ndarray,
                              element_type=PrimitiveType.S32) -> Instruction:
         """This device's entry of a per-LOGICAL-device table (ids within its group)."""
-        return self.table_lookup(self.grouping.expand_table(np.asarray(logical_values)),
-                                 element_type)
+        lv = np.asarray(logical_values)
+        # Handlers ask for the same few tables in every layer: the physical table and its
+        # facts once per distinct (grouping, logical table).
+        key = (self.grouping.key, lv.dtype.str, lv.shape, lv.tobytes())
+        facts = _PHYSICAL_TABLES.get(key)
+        if facts is None:
+            facts = _PHYSICAL_TABLES.put(key, _table_facts(self.grouping.expand_table(lv)))
+        return self._lookup(facts, element_type)

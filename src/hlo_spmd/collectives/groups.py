@@ -20,6 +20,7 @@ class DeviceGrouping:
     def __init__(self, groups: np.ndarray) -> None:
         self.groups = groups  # [num_groups, group_size] physical device ids; never changed
         self._key: tuple | None = None
+        self._logical: np.ndarray | None = None
 
     @property
     def key(self) -> tuple:
@@ -65,9 +66,14 @@ class DeviceGrouping:
         return self.groups[:, logical_pairs].reshape(-1, 2)
 
     def logical_ids(self) -> np.ndarray:
-        """``[num_devices]``: the logical id of each physical device."""
-        out = np.empty(self.num_devices, dtype=np.int64)
-        out[self.groups] = np.arange(self.group_size)[None, :]
+        """``[num_devices]``: the logical id of each physical device (read-only; made once
+        per grouping: every per-device table of a handler is expanded through it)."""
+        out = self._logical
+        if out is None:
+            out = np.empty(self.num_devices, dtype=np.int64)
+            out[self.groups] = np.arange(self.group_size)[None, :]
+            out.flags.writeable = False
+            self._logical = out
         return out
 
     def expand_table(self, logical_values: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from hlo_spmd.ir.primitive_types import (
     text_name,
 )
 from hlo_spmd.ir.shape import Shape
-from hlo_spmd.ir.shape_inference import XLA_SPELLING, array_shape, infer_shape
+from hlo_spmd.ir.shape_inference import XLA_SPELLING, InferenceMemo, array_shape, infer_shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 
@@ -132,11 +132,17 @@ def _small_literal(value: Any, et: PrimitiveType) -> xla_data_pb2.LiteralProto:
 
 # -- per-module state (channel ids, cached scalar computations) -----------------------------------
 class _ModuleState:
-    __slots__ = ("next_channel", "computations")
+    __slots__ = ("next_channel", "computations", "inferred")
 
     def __init__(self) -> None:
         self.next_channel: int | None = None
         self.computations: dict[Any, Computation] = {}
+        # Shape inference of the module's builders, remembered per key for the opcodes
+        # whose rule is a pure function of it (shape_inference.InferenceMemo: operand and
+        # declared shape objects, callee signatures, the fields read; failures are not
+        # remembered). A partitioned model builds the same few reduces, dots, broadcasts
+        # and reshapes in every layer. Holds its keys' objects while the module lives.
+        self.inferred = InferenceMemo()
 
 
 # Keyed weakly: the state lives exactly as long as its module.
@@ -179,19 +185,39 @@ def set_replica_groups(attrs: hlo_pb2.HloInstructionProto, groups: ReplicaGroups
     attrs.ClearField("collective_device_list")
     attrs.ClearField("iota_collective_device_list")
     attrs.ClearField("mesh_axes_replica_group_list")
-    if groups is None:
-        return
-    if (isinstance(groups, tuple) and not isinstance(groups, IotaGroups) and groups
-            and isinstance(groups[0], (int, np.integer))):
-        groups = IotaGroups(*groups)  # (num_groups, group_size[, reshape_dims, perm])
-    if isinstance(groups, IotaGroups):
-        iota = attrs.iota_collective_device_list
+    _write_replica_groups(attrs, groups)
+
+
+# IotaGroups -> its IotaReplicaGroupListProto: the partitioner writes the same few group
+# lists on thousands of collectives (copied into each instruction's attrs).
+_IOTA_PROTOS = BoundedMemo(4096)
+
+
+def _iota_list_proto(groups: IotaGroups) -> Any:
+    key = (int(groups.num_groups), int(groups.group_size), tuple(groups.reshape_dims),
+           tuple(groups.transpose_perm))
+    hit = _IOTA_PROTOS.get(key)
+    if hit is None:
+        iota = hlo_pb2.HloInstructionProto().iota_collective_device_list
         iota.num_replica_groups = int(groups.num_groups)
         iota.num_devices_per_group = int(groups.group_size)
         reshape = list(groups.reshape_dims) or [groups.num_groups * groups.group_size]
         iota.iota_reshape_dims.extend(int(d) for d in reshape)
         iota.iota_transpose_perm.extend(int(p) for p in (groups.transpose_perm
                                                            or range(len(reshape))))
+        hit = _IOTA_PROTOS.put(key, iota)
+    return hit
+
+
+def _write_replica_groups(attrs: hlo_pb2.HloInstructionProto, groups: ReplicaGroups) -> None:
+    """``set_replica_groups`` on attrs that hold no replica groups yet."""
+    if groups is None:
+        return
+    if (isinstance(groups, tuple) and not isinstance(groups, IotaGroups) and groups
+            and isinstance(groups[0], (int, np.integer))):
+        groups = IotaGroups(*groups)  # (num_groups, group_size[, reshape_dims, perm])
+    if isinstance(groups, IotaGroups):
+        attrs.iota_collective_device_list.CopyFrom(_iota_list_proto(groups))
         return
     if isinstance(groups, np.ndarray) and groups.ndim != 2:
         raise ValueError(f"replica groups must be a [num_groups, group_size] array, got "
@@ -265,6 +291,7 @@ class Builder:
                  metadata: xla_data_pb2.OpMetadata | None = None) -> None:
         self.computation = computation
         self.metadata = metadata
+        self._infer: Any = None  # the module's InferenceMemo.infer, found by the first op
 
     @property
     def module(self) -> "Module":
@@ -290,10 +317,22 @@ class Builder:
             attrs = hlo_pb2.HloInstructionProto()
         if self.metadata is not None and not attrs.HasField("metadata"):
             attrs.metadata.CopyFrom(self.metadata)
-        shape = infer_shape(opcode, [o.shape for o in operands], attrs, called, declared,
-                            where=self._where)
-        inst = Instruction(opcode, shape, operands, attrs=attrs, called_computations=called)
+        infer = self._infer
+        if infer is None:
+            infer = self._inference()
+        shape = infer(opcode, [o.shape for o in operands], attrs, called, declared,
+                      self._where)
+        inst = Instruction(opcode, shape, operands, "", attrs, called)  # (positional: hot)
         return comp.add(inst, name or opcode)
+
+    def _inference(self):
+        """The module's memoised shape inference, or plain ``infer_shape`` while the
+        computation belongs to no module yet (asked again by the next op)."""
+        module = self.computation.module
+        if module is None:
+            return infer_shape
+        self._infer = _state(module).inferred.infer
+        return self._infer
 
     def _where(self) -> str:
         """Where an inference failure happened (made only when one does)."""
@@ -703,7 +742,7 @@ class Builder:
     def _collective_attrs(self, groups: ReplicaGroups, channel_id: int | None,
                           use_global_device_ids: bool | None) -> hlo_pb2.HloInstructionProto:
         attrs = hlo_pb2.HloInstructionProto()
-        set_replica_groups(attrs, groups)
+        _write_replica_groups(attrs, groups)
         attrs.channel_id = channel_id if channel_id is not None else next_channel_id(self.module)
         if use_global_device_ids and groups is not None:
             # Flattened device ids; without groups the mode is cross-partition (all devices).

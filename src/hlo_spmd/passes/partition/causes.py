@@ -74,9 +74,18 @@ class CauseLog:
         generator-based context manager, keeps that cheap."""
         return _Entered(self._stack, cause, serves, src, dst)
 
+    def enter_instruction(self, inst: "Instruction") -> None:
+        """``scope(None, inst).__enter__()`` for the driver, which enters one scope per
+        instruction of the module (no context-manager object); ``leave`` ends it."""
+        _push(self._stack, None, inst, None, None)
+
+    def leave(self) -> None:
+        """End the innermost scope begun by ``enter_instruction``."""
+        self._stack.pop()
+
     def note(self, inst: "Instruction") -> "Instruction":
         """Record the current scope on a collective just created; returns it."""
-        self.notes[id(inst)] = (inst, self.current)
+        self.notes[id(inst)] = (inst, self._stack[-1])
         return inst
 
     def inherit(self, new: "Instruction", old: "Instruction") -> None:
@@ -111,17 +120,22 @@ class _Entered:
         self.args = args
 
     def __enter__(self) -> Scope:
-        cause, serves, src, dst = self.args
-        top = self.stack[-1]
-        if cause is None or (cause == "reshard" and top.cause == "fallback"):
-            cause = top.cause
-        new = Scope(cause, serves if serves is not None else top.serves,
-                    src if src is not None else top.src, dst if dst is not None else top.dst)
-        self.stack.append(new)
-        return new
+        return _push(self.stack, *self.args)
 
     def __exit__(self, *exc: Any) -> None:
         self.stack.pop()
+
+
+def _push(stack: list[Scope], cause: str | None, serves: "Instruction | None",
+          src: "HloSharding | None", dst: "HloSharding | None") -> Scope:
+    """Enter a scope (what ``CauseLog.scope`` documents); the caller pops it."""
+    top = stack[-1]
+    if cause is None or (cause == "reshard" and top.cause == "fallback"):
+        cause = top.cause
+    new = Scope(cause, serves if serves is not None else top.serves,
+                src if src is not None else top.src, dst if dst is not None else top.dst)
+    stack.append(new)
+    return new
 
 
 def _log(ctx: Any) -> CauseLog:
@@ -133,8 +147,14 @@ def with_cause(cause: str) -> Callable:
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def inner(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-            with _log(ctx).scope(cause):
+            # The scope entered and left directly (no context-manager object): this
+            # wraps every reduce and dot emission.
+            stack = ctx.f.log._stack
+            _push(stack, cause, None, None, None)
+            try:
                 return fn(ctx, *args, **kwargs)
+            finally:
+                stack.pop()
         return inner
     return wrap
 
@@ -147,8 +167,12 @@ def reshard_scope(fn: Callable) -> Callable:
         s = pv.sharding
         if s is target or s == target:  # ``reshard`` returns the value as it is
             return pv
-        with _log(ctx).scope("reshard", src=pv.sharding, dst=target):
+        stack = ctx.f.log._stack
+        _push(stack, "reshard", None, s, target)
+        try:
             return fn(ctx, pv, target, *args, **kwargs)
+        finally:
+            stack.pop()
     return inner
 
 

@@ -22,6 +22,10 @@ from hlo_spmd.passes.partition.reshard import reshard as _reshard
 from hlo_spmd.records import Record
 from hlo_spmd.sharding import HloSharding, tile_shape
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 if TYPE_CHECKING:
     pass
 
@@ -135,7 +139,10 @@ class PartitionContext:
 
     def operand(self, inst: Instruction, i: int, target: HloSharding) -> Instruction:
         """Operand ``i`` of ``inst`` as a local instruction with sharding ``target``."""
-        pv = self.value(inst.operands[i])
+        try:  # (the map directly: asked for nearly every operand of the module)
+            pv = self.values[id(inst.operands[i])]
+        except KeyError:
+            pv = self.value(inst.operands[i])  # raises, naming the operand
         s = pv.sharding
         if s is target or s == target:  # the common case; ``reshard`` returns it as is
             return pv.hlo
@@ -174,7 +181,7 @@ class PartitionContext:
 
     def sharding_of(self, inst: Instruction) -> HloSharding:
         """The instruction's sharding; unannotated means replicated."""
-        return inst.sharding if inst.sharding is not None else HloSharding.replicate()
+        return inst.sharding if inst.sharding is not None else _REPLICATED
 
     def logical_table(self, values: np.ndarray) -> Instruction:
         return self.f.logical_table_lookup(values)

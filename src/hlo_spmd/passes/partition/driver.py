@@ -70,14 +70,21 @@ def runs_as_written(inst: Instruction) -> bool:
     """Inside a fully manual region shapes are already per-device, so an op runs as
     written. Control flow (partitioned recursively), collectives and custom-calls
     (region boundaries, side effects) keep their own handlers."""
-    return (_fully_manual(inst.sharding)
-            and (not inst.called_computations or inst.opcode in _APPLIES)
+    return _fully_manual(inst.sharding) and _manual_runs_as_written(inst)
+
+
+def _manual_runs_as_written(inst: Instruction) -> bool:
+    """``runs_as_written`` for an instruction already known to be fully manual."""
+    return ((not inst.called_computations or inst.opcode in _APPLIES)
             and inst.opcode != "custom-call" and inst.opcode not in COLLECTIVES)
 
 
 def handle_as_written(ctx: PartitionContext, inst: Instruction) -> PValue:
     ops = [ctx.operand(inst, i, manual_like(op.shape)) for i, op in enumerate(inst.operands)]
     return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+
+
+_AS_WRITTEN = (handle_as_written, "handle_as_written")
 
 
 def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
@@ -88,27 +95,45 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     b = ctx.b
     values = ctx.values
     handler_of = ctx.state.report.handler_of
-    scope = ctx.f.log.scope
+    log = ctx.f.log
     handlers_get = HANDLERS.get
+    # opcode -> (handler, its report name); id(sharding) -> (sharding, fully manual):
+    # shardings are shared objects (a few dozen per module), held so their ids stay theirs.
+    by_opcode: dict[str, tuple] = {}
+    manual: dict[int, tuple] = {}
     for inst in comp.instructions:
         opcode = inst.opcode
         if opcode == "parameter":
             continue
-        handler = (handle_as_written if inst.sharding is not None and runs_as_written(inst)
-                   else handlers_get(opcode, handle_replicated))
+        entry = None
+        s = inst.sharding
+        if s is not None:
+            got = manual.get(id(s))
+            if got is None:
+                got = manual[id(s)] = (s, _fully_manual(s))
+            if got[1] and _manual_runs_as_written(inst):
+                entry = _AS_WRITTEN
+        if entry is None:
+            entry = by_opcode.get(opcode)
+            if entry is None:
+                h = handlers_get(opcode, handle_replicated)
+                entry = by_opcode[opcode] = (h, _handler_name(h))
+        handler, name = entry
         attrs = inst.attrs
         b.metadata = attrs.metadata if attrs.HasField("metadata") else None
+        log.enter_instruction(inst)
         try:
-            with scope(None, inst):
-                pv = handler(ctx, inst)
+            pv = handler(ctx, inst)
         except HloSpmdError:
             raise
         except Exception as e:  # a bug: name the instruction it happened on
             raise PartitionError(f"internal error in the {opcode} handler: "
                                  f"{type(e).__name__}: {e}",
                                  f"computation {comp.name}, instruction {inst.name}") from e
+        finally:
+            log.leave()
         values[id(inst)] = pv
-        handler_of[inst.name] = _handler_name(handler)
+        handler_of[inst.name] = name
     b.metadata = None
 
 
@@ -181,11 +206,15 @@ def partition_module(module: Module, num_partitions: int,
         result = b.op("copy", [result], declared=result.shape)  # a root must not double as input
     b.set_root(result)
 
-    for inst in out.instructions():
-        inst.sharding = None
-        inst.source_sharding = None
-        if inst.attrs.HasField("frontend_attributes"):
-            _drop_sdy_attributes(inst.attrs.frontend_attributes)
+    for comp in out.computations:
+        for inst in comp.instructions:
+            inst.sharding = None
+            inst.source_sharding = None
+            attrs = inst.attrs
+            # Most instructions carry an empty frontend_attributes message (copied from
+            # the input): only a non-empty map can hold Shardy keys.
+            if attrs.HasField("frontend_attributes") and attrs.frontend_attributes.map:
+                _drop_sdy_attributes(attrs.frontend_attributes)
     _drop_sdy_attributes(out.attrs.frontend_attributes)
     for new, param in zip(new_params, module.entry.parameters):
         new.sharding = manual_like(param.shape)

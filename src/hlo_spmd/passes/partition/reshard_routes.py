@@ -303,6 +303,9 @@ class Slice(Step):
 
     def __init__(self, to: Layout) -> None:
         self.to = to
+        # (id(source layout), dims) -> (layout, what ``emit`` builds from): a chosen plan's
+        # steps are shared by every reshard taking it (one per instruction of every layer).
+        self._emits: dict[tuple, tuple] = {}
 
     def _offsets(self, lay: Layout, dims):
         # Pure in the two layouts and the dims, and asked for by route search and emit
@@ -364,18 +367,24 @@ class Slice(Step):
     def emit(self, ctx, x, lay, dims):
         from hlo_spmd.passes.partition.reshard import pad_to
 
-        off, lx, ly = self._offsets(lay, dims)
-        need, zero, uniform = self._emit_form(lay, dims, off, lx, ly)
-        x = pad_to(ctx, x, list(need))
-        if zero and tuple(int(v) for v in ly) == tuple(x.shape.dims):
+        key = (id(lay), tuple(dims))
+        got = self._emits.get(key)
+        if got is None:  # (the layout is held, so its id stays its own)
+            off, lx, ly = self._offsets(lay, dims)
+            need, zero, uniform = self._emit_form(lay, dims, off, lx, ly)
+            sizes = tuple(int(v) for v in ly)
+            lo = [int(v) for v in off[0]] if uniform else None
+            columns = None if uniform else [np.ascontiguousarray(off[:, k])
+                                            for k in range(len(dims))]
+            got = self._emits[key] = (lay, list(need), zero, sizes, lo, columns)
+        _, need, zero, sizes, lo, columns = got
+        x = pad_to(ctx, x, need)
+        if zero and sizes == tuple(x.shape.dims):
             return x
-        if uniform:  # the same offsets everywhere: a static slice
-            lo = [int(v) for v in off[0]]
-            return ctx.b.slice(x, lo, [a + int(b) for a, b in zip(lo, ly)])
-        starts = []
-        for k in range(len(dims)):
-            starts.append(ctx.logical_table(off[:, k]))
-        return ctx.b.dynamic_slice(x, starts, [int(v) for v in ly])
+        if lo is not None:  # the same offsets everywhere: a static slice
+            return ctx.b.slice(x, lo, [a + b for a, b in zip(lo, sizes)])
+        starts = [ctx.logical_table(c) for c in columns]
+        return ctx.b.dynamic_slice(x, starts, list(sizes))
 
 
 class AllGather(Step):

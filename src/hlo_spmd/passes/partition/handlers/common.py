@@ -24,6 +24,7 @@ def emit_like(ctx: PartitionContext, inst: Instruction, operands: Sequence[Instr
     Called computations are copied as-is (reducers, comparators, map bodies)."""
     called = [ctx.clone(c) for c in inst.called_computations] if inst.called_computations \
         else ()
+    attrs = hlo_pb2.HloInstructionProto()  # copy_attrs, inline: once per emitted op
+    attrs.CopyFrom(inst.attrs)
     # ``op`` copies the operand list itself.
-    return ctx.b.op(inst.opcode, operands, copy_attrs(inst), called, declared=local_shape,
-                    name=name or inst.name)
+    return ctx.b.op(inst.opcode, operands, attrs, called, local_shape, name or inst.name)

@@ -39,6 +39,10 @@ from hlo_spmd.sharding import HloSharding
 
 from hlo_spmd.passes.partition.masking import mask_padding as _shared_mask_padding
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 
 # -- entry point ---------------------------------------------------------------------------
 # One planner for the process: a plan depends only on its Problem (shapes, shardings,
@@ -68,26 +72,27 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
     out_shape = inst.shape.with_dims(out_dims) if tuple(inst.shape.dims) != out_dims \
         else inst.shape
-    if target.is_manual or (lhs.sharding.is_manual and rhs.sharding.is_manual):
-        if not (target.is_manual and lhs.sharding.is_manual and rhs.sharding.is_manual):
+    lf, rf, tf = _facts(lhs.sharding), _facts(rhs.sharding), _facts(target)
+    if tf[1] or (lf[1] and rf[1]):  # manual
+        if not (tf[1] and lf[1] and rf[1]):
             raise PartitionError("a dot mixes manual and non-manual operands or result",
                                  f"instruction {inst.name}")
         return PValue(local_op(ctx, inst, dims, lhs.hlo, rhs.hlo), out_shape, target)
-    from hlo_spmd.passes.partition import unreduced
-    if unreduced.is_unreduced(target) and target.subgroup_manual_dim is None:
+    if tf[2]:  # unreduced, with no manual subgroup
+        from hlo_spmd.passes.partition import unreduced
+
         out = unreduced.dot_unreduced(ctx, inst, dims, lhs, rhs, target, out_shape,
                                       local_op, mask_padding)
         if out is not None:
             return out
-    if any(s.is_tiled and s.subgroup_manual_dim is not None
-           for s in (lhs.sharding, rhs.sharding, target)):
+    if lf[3] or rf[3] or tf[3]:  # tiled with a manual subgroup
         return _partition_in_manual_groups(ctx, inst, dims, lhs, rhs, target, out_shape,
                                            local_op)
-    work_target = target if is_plain(target) else HloSharding.replicate()
-    if not is_plain(lhs.sharding):
-        lhs = ctx.reshard(lhs, HloSharding.replicate())
-    if not is_plain(rhs.sharding):
-        rhs = ctx.reshard(rhs, HloSharding.replicate())
+    work_target = target if tf[4] else _REPLICATED
+    if not lf[4]:
+        lhs = ctx.reshard(lhs, _REPLICATED)
+    if not rf[4]:
+        rhs = ctx.reshard(rhs, _REPLICATED)
     problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
                       lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
                       (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
@@ -103,6 +108,24 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
             return ctx.reshard(ctx.reshard(out, problem.out), target)
     out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape, local_op)
     return ctx.reshard(out, target)
+
+
+# id(sharding) -> (sharding, manual, unreduced without a manual subgroup, tiled with a
+# manual subgroup, plain): what partition_dot asks of each of its three shardings, for
+# every dot of every layer. Shardings are immutable shared objects, held in the entry.
+_FACTS = BoundedMemo(4096)
+
+
+def _facts(s: HloSharding) -> tuple:
+    got = _FACTS.get(id(s))
+    if got is None:
+        from hlo_spmd.passes.partition import unreduced
+
+        manual_dim = s.subgroup_manual_dim
+        got = _FACTS.put(id(s), (s, s.is_manual,
+                                 unreduced.is_unreduced(s) and manual_dim is None,
+                                 s.is_tiled and manual_dim is not None, is_plain(s)))
+    return got
 
 
 # -- emission ------------------------------------------------------------------------------
@@ -163,16 +186,33 @@ def _emit_group(ctx: PartitionContext, inst: Instruction, plan: GroupPlan, p: Pr
         # Padding of the grouped contracting dims becomes data inside the groups: zero it.
         l = mask_padding(ctx, l, list(plan.x_dims[0]))
         r = mask_padding(ctx, r, list(plan.x_dims[1]))
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(plan.groups))
+    grouping = ctx.grouping
+    sub = plan.subgroups.get(id(grouping))
+    if sub is None:  # (the outer grouping is held, so its id stays its own)
+        sub = plan.subgroups[id(grouping)] = (grouping, grouping.subgroup(plan.groups))
+    inner_ctx = ctx.in_group(sub[1])
     inner = plan.inner
-    li = PValue(l.hlo, l.base_shape.with_dims(inner.lhs_shape), inner.lhs)
-    ri = PValue(r.hlo, r.base_shape.with_dims(inner.rhs_shape), inner.rhs)
+    li = PValue(l.hlo, _with_dims(l.base_shape, inner.lhs_shape), inner.lhs)
+    ri = PValue(r.hlo, _with_dims(r.base_shape, inner.rhs_shape), inner.rhs)
     res = emit_plan(inner_ctx, inst, plan.inner_plan, inner, li, ri,
-                    out_shape.with_dims(inner.out_shape), local_op)
+                    _with_dims(out_shape, inner.out_shape), local_op)
     x = res.hlo
     if plan.kind == CONTRACTING:
-        x = ctx.f.all_reduce(x, _adder(x), np.ascontiguousarray(plan.groups.T))
+        x = ctx.f.all_reduce(x, _adder(x), plan.cross_groups)
     return PValue(x, out_shape, plan.result)
+
+
+# (id(shape), dims) -> (shape, shape.with_dims(dims)): the per-group shapes of a grouped
+# plan, asked for by every dot of every layer. Shapes are immutable and held in the entry.
+_GROUP_SHAPES = BoundedMemo(4096)
+
+
+def _with_dims(shape, dims: tuple[int, ...]):
+    key = (id(shape), dims)
+    hit = _GROUP_SHAPES.get(key)
+    if hit is None:
+        hit = _GROUP_SHAPES.put(key, (shape, shape.with_dims(dims)))
+    return hit[1]
 
 
 def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: DotDims,

@@ -118,6 +118,20 @@ class GroupPlan:
         self.inner_plan = inner_plan
         self.result = result            # outer output sharding after the cross-group reduction
         self.cost = cost
+        # What emission derives from the plan, made once per plan (plans are shared by
+        # every dot with the same problem): id(outer grouping) -> (outer, inner grouping),
+        # and the cross-group reduction groups.
+        self.subgroups: dict[int, tuple] = {}
+        self._cross: np.ndarray | None = None
+
+    @property
+    def cross_groups(self) -> np.ndarray:
+        """``groups.T``: the devices that hold the same block in every group (read-only)."""
+        if self._cross is None:
+            cross = np.ascontiguousarray(self.groups.T)
+            cross.flags.writeable = False
+            self._cross = cross
+        return self._cross
 
     def describe(self) -> str:
         return (f"group({self.kind} x{math.prod(self.sizes)}) -> "

@@ -23,6 +23,10 @@ from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 from hlo_spmd.sharding import HloSharding
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 
 def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
                      cost: Callable[[int | None, HloSharding, HloSharding], float] | None = None
@@ -50,14 +54,23 @@ def compute_sharding(target: HloSharding, operand_shardings: list[HloSharding],
 # bitcast-convert between widths changes the rank; ``shapes`` handles it (same widths too).
 @handles(*sorted(ELEMENTWISE - {"bitcast-convert"}))
 def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
-    target = ctx.sharding_of(inst)
-    if target.is_maximal:
-        target = HloSharding.replicate()
-    rank = inst.shape.rank
-    values = [ctx.value(op) for op in inst.operands]
-    if all(op.shape.rank == rank and (v.sharding is target or v.sharding == target)
-           for op, v in zip(inst.operands, values)) and (
-            inst.opcode in LINEAR_OPS or not is_unreduced(target)):
+    target = inst.sharding
+    if target is None or target.is_maximal:
+        target = _REPLICATED
+    rank = len(inst.shape.dims)
+    operands = inst.operands
+    partitioned = ctx.values
+    try:  # (the values map directly: this handler runs for most instructions)
+        values = [partitioned[id(op)] for op in operands]
+    except KeyError:
+        values = [ctx.value(op) for op in operands]  # raises, naming the operand
+    common = True
+    for op, v in zip(operands, values):
+        s = v.sharding
+        if len(op.shape.dims) != rank or (s is not target and s != target):
+            common = False
+            break
+    if common and (inst.opcode in LINEAR_OPS or not is_unreduced(target)):
         # The common case: every operand is whole-rank and already at the target, which
         # compute_sharding would choose (no candidate beats a free target), so nothing
         # is resharded, before or after.
@@ -80,7 +93,7 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
     for i, op in enumerate(inst.operands):
         # Scalars broadcast implicitly (clamp/select bounds): keep them whole.
         operands.append(ctx.operand(inst, i, sharding if i in full_rank
-                                    else HloSharding.replicate()))
+                                    else _REPLICATED))
     local = ctx.local_shape(inst.shape, sharding)
     pv = PValue(emit_like(ctx, inst, operands, local), inst.shape, sharding)
     return reshard(ctx, pv, target)

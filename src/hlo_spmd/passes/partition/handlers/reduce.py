@@ -50,6 +50,10 @@ from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding, TileAssignment, device_offsets, partial_replicate
 from hlo_spmd.sharding.algebra import memoised
 
+# Shardings are immutable: one shared replicated sharding for the hot paths (a
+# fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
+_REPLICATED = HloSharding.replicate()
+
 PT = PrimitiveType
 
 #: Binary opcodes recognised as a reducer computation's root (commutative and associative).
@@ -279,7 +283,7 @@ def handle_reduce(ctx: PartitionContext, inst: Instruction) -> PValue:
 
     src = _operand_sharding(ctx, inst, dims, targets[0])
     xs = [ctx.operand(inst, i, src) for i in range(n)]
-    inits = [ctx.operand(inst, n + i, HloSharding.replicate()) for i in range(n)]
+    inits = [ctx.operand(inst, n + i, _REPLICATED) for i in range(n)]
     res = reduced_sharding(src, dims)
     local_shape = _local_shape(ctx, out_shapes, res)
     # Where R(S) places data exactly as the target does (another spelling of the same
