@@ -15,7 +15,8 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.primitive_types import PrimitiveType as PT
-from hlo_spmd.ir.shape import FrozenInstanceError, Layout, Shape
+from hlo_spmd.ir.shape import Layout, Shape
+from hlo_spmd.records import FrozenInstanceError
 from hlo_spmd.ir.shape_inference import array_shape, infer_shape
 from hlo_spmd.ir.verifier import verify_module
 from hlo_spmd.proto import hlo_pb2, xla_data_pb2

@@ -33,6 +33,11 @@ class Record:
                 + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__match_args__) + ")")
 
 
+class FrozenInstanceError(AttributeError):
+    """Assignment to or deletion of a field of a frozen record (as
+    ``dataclasses.FrozenInstanceError``)."""
+
+
 class FrozenRecord(Record):
     """Base of an immutable record (as ``dataclass(frozen=True)``): fields set once in
     ``__init__`` through ``object.__setattr__``, hashed by value. Its ``__init__`` takes
@@ -48,12 +53,12 @@ class FrozenRecord(Record):
         return type(self), self._fields()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"cannot assign to field {name!r} of a frozen "
-                             f"{type(self).__qualname__}")
+        raise FrozenInstanceError(f"cannot assign to field {name!r} of a frozen "
+                                  f"{type(self).__qualname__}")
 
     def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r} of a frozen "
-                             f"{type(self).__qualname__}")
+        raise FrozenInstanceError(f"cannot delete field {name!r} of a frozen "
+                                  f"{type(self).__qualname__}")
 
     def __hash__(self) -> int:
         return hash(self._fields())

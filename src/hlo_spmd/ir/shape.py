@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from hlo_spmd.records import FrozenRecord
 from hlo_spmd.ir.primitive_types import (
     ARRAY_TYPES,
     PrimitiveType,
@@ -23,37 +24,12 @@ _TUPLE = PrimitiveType.TUPLE
 _TOKEN = PrimitiveType.TOKEN
 
 
-class _Frozen:
-    """What ``dataclass(frozen=True, slots=True)`` gave Layout and Shape, written out
-    (Python 3.11 builds a dataclass's methods by ``exec`` at import, several ms for
-    these two): fields set once in ``__init__``, no assignment or deletion after, a
-    copy / pickle rebuilds from the fields. Equality, hash and repr are each class's."""
-
-    __slots__ = ()
-    __match_args__: tuple[str, ...] = ()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return type(self), tuple(getattr(self, f) for f in self.__slots__)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}("
-                + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__match_args__) + ")")
-
-
-class FrozenInstanceError(AttributeError):
-    """Assignment to a field of a Layout or Shape (as ``dataclasses.FrozenInstanceError``)."""
-
-
 _set = object.__setattr__
 
 
-class Layout(_Frozen):
+# Layout and Shape are frozen records (``hlo_spmd.records``: no dataclass exec at import)
+# whose ``__eq__`` / ``__hash__`` spell their field tuples out: every shape compare asks.
+class Layout(FrozenRecord):
     __slots__ = ("minor_to_major", "tiles", "element_size_in_bits", "memory_space")
     __match_args__ = __slots__
     minor_to_major: tuple[int, ...]
@@ -63,10 +39,7 @@ class Layout(_Frozen):
 
     def __init__(self, minor_to_major: tuple[int, ...], tiles: tuple[tuple[int, ...], ...] = (),
                  element_size_in_bits: int = 0, memory_space: int = 0) -> None:
-        _set(self, "minor_to_major", minor_to_major)
-        _set(self, "tiles", tiles)
-        _set(self, "element_size_in_bits", element_size_in_bits)
-        _set(self, "memory_space", memory_space)
+        self._set_fields(minor_to_major, tiles, element_size_in_bits, memory_space)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
@@ -108,7 +81,7 @@ def _tile_dim(d: int) -> str:
     return "*" if d == -(2**63) else str(d)
 
 
-class Shape(_Frozen):
+class Shape(FrozenRecord):
     __slots__ = ("element_type", "dims", "tuple_shapes", "layout", "dynamic_dims",
                  "source_proto")
     # ``source_proto`` is outside the value: not compared, hashed or printed.
@@ -125,6 +98,8 @@ class Shape(_Frozen):
     def __init__(self, element_type: PrimitiveType, dims: tuple[int, ...] = (),
                  tuple_shapes: tuple["Shape", ...] = (), layout: Layout | None = None,
                  dynamic_dims: tuple[bool, ...] = (), source_proto: Any = None) -> None:
+        # (set one by one, not through ``_set_fields``: shapes are made on every derived
+        # value, and ``source_proto`` is not a field)
         _set(self, "element_type", element_type)
         _set(self, "dims", dims)
         _set(self, "tuple_shapes", tuple_shapes)
@@ -143,6 +118,10 @@ class Shape(_Frozen):
     def __hash__(self) -> int:
         return hash((self.element_type, self.dims, self.tuple_shapes, self.layout,
                      self.dynamic_dims))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A copy keeps the proto it was read from (saved back as read).
+        return Shape, self._fields() + (self.source_proto,)
 
     # -- constructors -------------------------------------------------------------------
     @staticmethod
