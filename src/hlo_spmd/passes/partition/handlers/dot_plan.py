@@ -68,7 +68,10 @@ class Problem(NamedTuple):
         return self.dims.iter_sizes(self.lhs_shape, self.rhs_shape)
 
     def shape(self, which: int) -> tuple[int, ...]:
-        return (self.lhs_shape, self.rhs_shape, self.out_shape)[which]
+        # The output shape is derived (dims.out_dims): only made when it is asked for.
+        if which == OUT:
+            return self.out_shape
+        return self.lhs_shape if which == LHS else self.rhs_shape
 
     def sharding(self, which: int) -> HloSharding:
         return (self.lhs, self.rhs, self.out)[which]
@@ -212,6 +215,7 @@ class Planner:
         rhs_t = project(t, d.rhs_iter, ir)
         inbytes = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
                    + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        out_shape = p.out_shape
         tiles = data_tiles(t, ir)
         local = [-(-s // k) for s, k in zip(p.iter_sizes, tiles)]
         flops = float(math.prod(local))
@@ -221,7 +225,7 @@ class Planner:
         k = math.prod(tiles[c] for c in contr)
         options: list[tuple[float, str, int, HloSharding]] = []
         res = project(t, d.out_iter, ir)
-        fin = self.reshard_bytes(p.out_shape, res, p.out, p.n, p.ebytes[OUT])
+        fin = self.reshard_bytes(out_shape, res, p.out, p.n, p.ebytes[OUT])
         if k == 1:
             options.append((fin, "none", -1, res))
         else:
@@ -233,7 +237,7 @@ class Planner:
                     continue
                 padded = rbytes / size * (-(-size // k) * k)
                 rs = scattered(t, ir, orank, contr, dim)
-                fin_rs = self.reshard_bytes(p.out_shape, rs, p.out, p.n, p.ebytes[OUT])
+                fin_rs = self.reshard_bytes(out_shape, rs, p.out, p.n, p.ebytes[OUT])
                 options.append((bytes_per_device("reduce-scatter", padded, padded / k, k)
                                 + fin_rs, "reduce-scatter", dim, rs))
         post_bytes, post, sdim, result = min(options, key=lambda o: o[0])
