@@ -255,8 +255,9 @@ class Planner:
         tiles = [1] * p.dims.iter_rank
         s = p.sharding(which)
         if is_plain(s):
+            st = data_tiles(s, p.rank(which))
             for j, k in enumerate(p.dims.tensor_iter(which)):
-                tiles[k] = data_tiles(s, p.rank(which))[j]
+                tiles[k] = st[j]
         return tiles
 
     def _group_candidates(self, p: Problem) -> list[tuple[str, list[int], int]]:
@@ -292,7 +293,8 @@ class Planner:
             if not is_plain(ref_s) or not ref_s.is_tiled:
                 continue
             groups = np.asarray(group_by_dims(ref_s, list(ref_dims)).device_groups, np.int64)
-            sizes = tuple(int(data_tiles(ref_s, p.rank(ref))[x]) for x in ref_dims)
+            ref_tiles = data_tiles(ref_s, p.rank(ref))
+            sizes = tuple(int(ref_tiles[x]) for x in ref_dims)
             key = (kind, tuple(iters), groups.tobytes())
             if key in seen or math.prod(sizes) <= 1:
                 continue
