@@ -350,13 +350,21 @@ def module_device_count(module: "Module", source: str | None = None) -> int | No
     ``ShardingError("sharding uses 4 devices but the module uses 8", where)``.
     """
     count: int | None = None
+    # Instructions share sharding objects: one that passed (all its leaves agree with
+    # the count) passes again, so each object is read once (ids stay valid: the
+    # instructions hold them for the whole call).
+    passed: set[int] = set()
     for comp, inst in _iter_shardings(module):
+        sid = id(inst.sharding)
+        if sid in passed:
+            continue
         for n in _leaf_device_counts(inst.sharding):
             if count is None:
                 count = n
             elif n != count:
                 raise ShardingError(f"sharding uses {n} devices but the module uses {count}",
                                     _where(source, comp, inst))
+        passed.add(sid)
     return count
 
 

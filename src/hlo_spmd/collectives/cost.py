@@ -30,6 +30,7 @@ XLA's own partitioner writes the last). Empty groups mean every participant: the
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
@@ -80,6 +81,9 @@ def group_size(inst: Instruction, num_devices: int | None) -> int:
     if collective_kind(inst) == "collective-permute":
         pairs = inst.attrs.source_target_pairs
         return len({p.source for p in pairs} | {p.target for p in pairs})
+    fast = _counted_group_size(inst.attrs)
+    if fast is not None:
+        return fast
     try:
         groups = replica_groups(inst.attrs)
     except (ValueError, IndexError):
@@ -89,6 +93,33 @@ def group_size(inst: Instruction, num_devices: int | None) -> int:
     if groups.dtype == object:
         return max((len(g) for g in groups), default=1)
     return int(groups.shape[1]) if groups.ndim == 2 else 1
+
+
+def _counted_group_size(attrs) -> int | None:
+    """The size ``replica_groups`` would give, read off the proto without building the
+    [groups, size] array (the report asks for every collective of a module); None when
+    the encoding needs the full expansion (mesh lists, or iota lists ``replica_groups``
+    would reject or whose expansion is not a plain reshape)."""
+    from hlo_spmd.ir.shape_inference import _iota_proto, replica_group_list_kind
+
+    kind = replica_group_list_kind(attrs)
+    if kind == "explicit":
+        groups = attrs.collective_device_list.replica_groups or attrs.replica_groups
+        # Equal sizes give a 2-D array (its width); unequal ones an object array (the
+        # largest): both are the largest group.
+        return max(len(g.replica_ids) for g in groups)
+    if kind != "iota":
+        return None
+    p = _iota_proto(attrs)
+    ng, gs = p.num_replica_groups, p.num_devices_per_group
+    dims = list(p.iota_reshape_dims) or [ng * gs]
+    perm = list(p.iota_transpose_perm) or list(range(len(dims)))
+    # Only the lists the expansion accepts: anything else takes the full path (which
+    # falls back to ``num_devices`` when it fails).
+    if (ng < 0 or gs < 0 or any(d < 0 for d in dims) or math.prod(dims) != ng * gs
+            or sorted(perm) != list(range(len(dims)))):
+        return None
+    return int(gs)
 
 
 def _operand_and_result_bytes(inst: Instruction, kind: str) -> tuple[int, int]:

@@ -68,7 +68,10 @@ class Problem(NamedTuple):
         return self.dims.iter_sizes(self.lhs_shape, self.rhs_shape)
 
     def shape(self, which: int) -> tuple[int, ...]:
-        return (self.lhs_shape, self.rhs_shape, self.out_shape)[which]
+        # The output shape is derived (dims.out_dims): only made when it is asked for.
+        if which == OUT:
+            return self.out_shape
+        return self.lhs_shape if which == LHS else self.rhs_shape
 
     def sharding(self, which: int) -> HloSharding:
         return (self.lhs, self.rhs, self.out)[which]
@@ -212,6 +215,7 @@ class Planner:
         rhs_t = project(t, d.rhs_iter, ir)
         inbytes = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
                    + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        out_shape = p.out_shape
         tiles = data_tiles(t, ir)
         local = [-(-s // k) for s, k in zip(p.iter_sizes, tiles)]
         flops = float(math.prod(local))
@@ -221,7 +225,7 @@ class Planner:
         k = math.prod(tiles[c] for c in contr)
         options: list[tuple[float, str, int, HloSharding]] = []
         res = project(t, d.out_iter, ir)
-        fin = self.reshard_bytes(p.out_shape, res, p.out, p.n, p.ebytes[OUT])
+        fin = self.reshard_bytes(out_shape, res, p.out, p.n, p.ebytes[OUT])
         if k == 1:
             options.append((fin, "none", -1, res))
         else:
@@ -233,7 +237,7 @@ class Planner:
                     continue
                 padded = rbytes / size * (-(-size // k) * k)
                 rs = scattered(t, ir, orank, contr, dim)
-                fin_rs = self.reshard_bytes(p.out_shape, rs, p.out, p.n, p.ebytes[OUT])
+                fin_rs = self.reshard_bytes(out_shape, rs, p.out, p.n, p.ebytes[OUT])
                 options.append((bytes_per_device("reduce-scatter", padded, padded / k, k)
                                 + fin_rs, "reduce-scatter", dim, rs))
         post_bytes, post, sdim, result = min(options, key=lambda o: o[0])
@@ -251,8 +255,9 @@ class Planner:
         tiles = [1] * p.dims.iter_rank
         s = p.sharding(which)
         if is_plain(s):
+            st = data_tiles(s, p.rank(which))
             for j, k in enumerate(p.dims.tensor_iter(which)):
-                tiles[k] = data_tiles(s, p.rank(which))[j]
+                tiles[k] = st[j]
         return tiles
 
     def _group_candidates(self, p: Problem) -> list[tuple[str, list[int], int]]:
@@ -288,7 +293,8 @@ class Planner:
             if not is_plain(ref_s) or not ref_s.is_tiled:
                 continue
             groups = np.asarray(group_by_dims(ref_s, list(ref_dims)).device_groups, np.int64)
-            sizes = tuple(int(data_tiles(ref_s, p.rank(ref))[x]) for x in ref_dims)
+            ref_tiles = data_tiles(ref_s, p.rank(ref))
+            sizes = tuple(int(ref_tiles[x]) for x in ref_dims)
             key = (kind, tuple(iters), groups.tobytes())
             if key in seen or math.prod(sizes) <= 1:
                 continue
