@@ -47,7 +47,8 @@ def test_counted_size_is_the_expanded_size(attrs):
     assert _counted_group_size(attrs) == _expanded(attrs)
 
 
-@pytest.mark.parametrize("attrs", [_iota(2, 4, (3, 3)), _iota(2, 4, (2, 4), (0, 0))])
+@pytest.mark.parametrize("attrs", [_iota(2, 4, (3, 3)), _iota(2, 4, (2, 4), (0, 0)),
+                                   _iota(2, 4, (-2, -4))])
 def test_invalid_iota_takes_the_full_path(attrs):
     assert _counted_group_size(attrs) is None
     assert _expanded(attrs) is None

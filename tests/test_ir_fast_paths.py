@@ -148,3 +148,12 @@ def test_iota_groups_memo_never_hides_a_bad_list():
     for _ in range(2):
         with pytest.raises(VerifierError, match="invalid iota replica groups"):
             infer_shape("all-gather", [s], bad)
+
+
+def test_iota_groups_with_negative_reshape_dims_are_rejected():
+    # (-2) * (-4) holds the 8 devices by count, but no device array has a negative dim.
+    s = array_shape(PT.F32, (4,))
+    bad = _iota_attrs(IotaGroups(2, 4, (2, 4), (1, 0)))
+    bad.iota_collective_device_list.iota_reshape_dims[:] = [-2, -4]
+    with pytest.raises(VerifierError, match=r"invalid iota replica groups \[2,4\]<=\[-2, -4\]"):
+        infer_shape("all-gather", [s], bad)

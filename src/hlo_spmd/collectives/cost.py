@@ -30,7 +30,6 @@ XLA's own partitioner writes the last). Empty groups mean every participant: the
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
@@ -100,7 +99,7 @@ def _counted_group_size(attrs) -> int | None:
     [groups, size] array (the report asks for every collective of a module); None when
     the encoding needs the full expansion (mesh lists, or iota lists ``replica_groups``
     would reject or whose expansion is not a plain reshape)."""
-    from hlo_spmd.ir.shape_inference import _iota_proto, replica_group_list_kind
+    from hlo_spmd.ir.shape_inference import _iota_proto, iota_list_problem, replica_group_list_kind
 
     kind = replica_group_list_kind(attrs)
     if kind == "explicit":
@@ -111,15 +110,9 @@ def _counted_group_size(attrs) -> int | None:
     if kind != "iota":
         return None
     p = _iota_proto(attrs)
-    ng, gs = p.num_replica_groups, p.num_devices_per_group
-    dims = list(p.iota_reshape_dims) or [ng * gs]
-    perm = list(p.iota_transpose_perm) or list(range(len(dims)))
-    # Only the lists the expansion accepts: anything else takes the full path (which
-    # falls back to ``num_devices`` when it fails).
-    if (ng < 0 or gs < 0 or any(d < 0 for d in dims) or math.prod(dims) != ng * gs
-            or sorted(perm) != list(range(len(dims)))):
-        return None
-    return int(gs)
+    # Only lists the expansion accepts: anything else takes the full path (which falls
+    # back to ``num_devices`` when it fails).
+    return None if iota_list_problem(p) is not None else int(p.num_devices_per_group)
 
 
 def _operand_and_result_bytes(inst: Instruction, kind: str) -> tuple[int, int]:

@@ -35,6 +35,7 @@ layout.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -269,6 +270,19 @@ def replica_group_size(attrs: hlo_pb2.HloInstructionProto) -> int | None:
         return len(groups[0].replica_ids)
     if kind == "mesh":
         return int(np.prod(_mesh_axis_sizes(attrs), dtype=np.int64))
+    return None
+
+
+def iota_list_problem(p: Any) -> str | None:
+    """Why an iota replica-group list (``IotaReplicaGroupListProto``) is malformed, as
+    XLA rejects it (no group, an empty group, reshape dims that do not hold the devices,
+    a transpose that is not a permutation), or None when it is well formed."""
+    ng, gs = p.num_replica_groups, p.num_devices_per_group
+    dims = list(p.iota_reshape_dims) or [ng * gs]
+    perm = list(p.iota_transpose_perm) or list(range(len(dims)))
+    if (ng < 1 or gs < 1 or min(dims) < 1 or math.prod(dims) != ng * gs
+            or sorted(perm) != list(range(len(dims)))):
+        return f"invalid iota replica groups [{ng},{gs}]<={dims}T{tuple(perm)}"
     return None
 
 
@@ -1169,14 +1183,9 @@ def _check_replica_groups(c: _Ctx, uniform: bool = True) -> None:
         key = ("iota", p.SerializeToString())
         if key in _GROUPS_OK:
             return
-        dims = list(p.iota_reshape_dims) or [p.num_replica_groups * p.num_devices_per_group]
-        perm = list(p.iota_transpose_perm) or list(range(len(dims)))
-        if (p.num_replica_groups < 1 or p.num_devices_per_group < 1
-                or int(np.prod(dims, dtype=np.int64))
-                != p.num_replica_groups * p.num_devices_per_group
-                or sorted(perm) != list(range(len(dims)))):
-            raise c.fail(f"invalid iota replica groups [{p.num_replica_groups},"
-                         f"{p.num_devices_per_group}]<={dims}T{tuple(perm)}")
+        problem = iota_list_problem(p)
+        if problem is not None:
+            raise c.fail(problem)
         _GROUPS_OK.put(key, True)
         return
     if kind != "explicit":
