@@ -115,8 +115,10 @@ class DirtySet:
         fpos, bpos = self._pos
         bw = [bpos[id(inst)]]
         user_facts = self.p.user_facts
+        known = self.p._user_facts.get   # (its memo, read first)
         for u in self._users_of(inst):
-            if user_facts(u)[1]:   # (its backward rule reads its operands)
-                bw.extend(bpos[id(o)] for o in u.operands)
+            if (known(id(u)) or user_facts(u))[1]:   # (its rule reads its operands)
+                for o in u.operands:
+                    bw.append(bpos[id(o)])
         own = self._own[id(inst)] = (fpos[id(inst)], tuple(bw))
         return own

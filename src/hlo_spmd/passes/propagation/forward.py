@@ -70,22 +70,36 @@ def _maybe_tuple(inst: Instruction, s: HloSharding) -> HloSharding:
 def default_rule(p: "Propagator", inst: Instruction) -> bool:
     """Elementwise ops take every sharded operand in turn (from level 1); everything
     else follows its representative operand."""
-    if g.is_elementwise(inst) and p.may_combine:
-        changed = False
-        single = len(inst.operands) == 1 and _nru1(p, inst)
-        for k, op in enumerate(inst.operands):
-            if not sp(op.sharding):
-                continue
-            if g.opcode(inst) == "rng":
-                cand = replicate_all_data_dims(op.sharding, inst.shape.rank)
-                changed |= p.improve(inst, cand, "rng.forward", (op,), _nru1(p, inst))
-                continue
-            changed |= p.improve(inst, op.sharding, "elementwise.forward", (op,), single)
-        return changed
+    if g.is_elementwise(inst):
+        return elementwise_rule(p, inst)
+    return _follow_representative(p, inst, f"{g.opcode(inst)}.forward")
+
+
+def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:
+    """``default_rule`` of an elementwise instruction (the engine picks it once per
+    instruction: elementwise-ness does not change while shardings move)."""
+    if not p.at_least(1):   # (may_combine)
+        return _follow_representative(p, inst, "elementwise.forward")
+    changed = False
+    operands = inst.operands
+    single = len(operands) == 1 and _nru1(p, inst)
+    rng = inst.opcode == "rng"
+    for op in operands:
+        s = op.sharding
+        if not sp(s):
+            continue
+        if rng:
+            cand = replicate_all_data_dims(s, inst.shape.rank)
+            changed |= p.improve(inst, cand, "rng.forward", (op,), _nru1(p, inst))
+            continue
+        changed |= p.improve(inst, s, "elementwise.forward", (op,), single)
+    return changed
+
+
+def _follow_representative(p: "Propagator", inst: Instruction, rule: str) -> bool:
     op = pick_representative(p, inst)
     if op is None or not sp(op.sharding):
         return False
-    rule = "elementwise.forward" if g.is_elementwise(inst) else f"{g.opcode(inst)}.forward"
     return p.improve(inst, op.sharding, rule, (op,), _nru1(p, inst))
 
 

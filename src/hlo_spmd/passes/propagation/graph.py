@@ -7,7 +7,7 @@ MakeInstructionPostOrder order, users in program order, computations in module o
 from __future__ import annotations
 
 import operator
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
@@ -211,6 +211,7 @@ class Graph:
                         users.setdefault(id(op), []).append(inst)
                 for callee in inst.called_computations:
                     self.callers_of.setdefault(id(callee), []).append(inst)
+        self._instructions: list[Instruction] = [inst for _key, inst in fwalk]
         self.walk_pos: tuple[dict[int, int], dict[int, int]] = (
             {key: k for k, (key, _inst) in enumerate(fwalk)},
             {key: k for k, (key, _inst) in enumerate(bwalk)})
@@ -241,9 +242,10 @@ class Graph:
             r = self._clear_targets[key] = (tuple(fw), tuple(bw))
         return r
 
-    def instructions(self) -> Iterable[Instruction]:
-        for comp in self.computations:
-            yield from self.post_orders[comp.name]
+    def instructions(self) -> Sequence[Instruction]:
+        """Every instruction, computations in module order, each in post order (read
+        only: one list for the run, not a generator per question)."""
+        return self._instructions
 
     def users_of(self, inst: Instruction) -> Sequence[Instruction]:
         """Users in program order (read only; asked ~10^5 times per module: no new

@@ -136,9 +136,10 @@ class UnchangedMemo:
         cap = 2 if g.opcode(inst) == "broadcast" else 1
         trivial = True
         user_facts = self.p.user_facts
+        known = self.p._user_facts.get   # (its memo, read first)
         for user in self.p.graph.users_of(inst):
             reads.append(user)
-            uop, reads_operands, _source, _rule = user_facts(user)
+            uop, reads_operands, _source, _rule = known(id(user)) or user_facts(user)
             if uop == "broadcast":
                 cap = 2
             if uop in BACKWARD_FROM_NOTHING:
