@@ -35,8 +35,12 @@ def can_propagate_at_level(inst: Instruction, level: int) -> bool:
 
 def propagation_level(inst: Instruction) -> int:
     """The lowest level at which ``can_propagate_at_level`` holds for ``inst``."""
-    op = g.opcode(inst)
-    if g.is_elementwise(inst) or op in ALWAYS_PASS_THROUGH:
+    return _level_of(g.opcode(inst), g.is_elementwise(inst))
+
+
+def _level_of(op: str, elementwise: bool) -> int:
+    """``propagation_level`` given the instruction's opcode and elementwise-ness."""
+    if elementwise or op in ALWAYS_PASS_THROUGH:
         return 0
     if op == "broadcast":
         return 2
@@ -66,16 +70,17 @@ def user_rule(user: Instruction) -> tuple[int, BackRule, str, bool]:
     shardings move: the level it propagates from, its rule and the rule's provenance
     name, and whether a Shardy barrier blocks the backward direction."""
     blocked = g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward")
-    return (propagation_level(user), BACKWARD_RULES.get(g.opcode(user), same_shape_rule),
-            rule_name(user), blocked)
-
-
-def rule_name(user: Instruction) -> str:
-    """Provenance name of the rule that maps ``user``'s sharding to its operand."""
     op = g.opcode(user)
+    elementwise = g.is_elementwise(user)   # (both read once for the three facts)
+    return (_level_of(op, elementwise), BACKWARD_RULES.get(op, same_shape_rule),
+            _rule_name_of(op, elementwise), blocked)
+
+
+def _rule_name_of(op: str, elementwise: bool) -> str:
+    """Provenance name of the rule that maps a user's sharding to its operand."""
     if op in BACKWARD_RULES:
         return f"{op}.backward"
-    if g.is_elementwise(user):
+    if elementwise:
         return "elementwise.backward"
     return f"{op}.backward(same shape)"
 

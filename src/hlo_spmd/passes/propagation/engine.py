@@ -103,8 +103,6 @@ class Propagator:
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
         self.dirty = DirtySet(self)
-        self._spatial: dict[tuple[int, bool, bool], bool] = {}
-        self._min_level: dict[int, int] = {}
         self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
         self._bw_facts: dict[int, tuple[bool, list[Instruction], tuple[bool, ...]]] = {}
         self._user_rule: dict[int, tuple] = {}
@@ -264,25 +262,10 @@ class Propagator:
             r = self._user_rule[key] = bw.user_rule(user)
         return r
 
-    def min_level(self, inst: Instruction) -> int:
-        """``bw.propagation_level`` (CanPropagateThroughAtAggressiveLevel), once per
-        instruction."""
-        key = id(inst)
-        r = self._min_level.get(key)
-        if r is None:
-            r = self._min_level[key] = bw.propagation_level(inst)
-        return r
-
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
-        """SupportSpatialPartitioning (static once ``setup`` has mapped the computations:
-        asked once per instruction and flags)."""
-        key = (id(inst), to_output, to_params)
-        r = self._spatial.get(key)
-        if r is None:
-            r = self._spatial[key] = self._supports_spatial(inst, to_output, to_params)
-        return r
-
-    def _supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
+        """SupportSpatialPartitioning (static once ``setup`` has mapped the computations;
+        asked once per instruction and direction, by the cached forward / backward
+        facts)."""
         if (self.graph.is_root(inst) and self.graph.owner(inst) is None
                 and not (inst is self.graph.entry_root and to_output)):
             return False
@@ -308,7 +291,7 @@ class Propagator:
                      or tuple_cc)
         rule = fw.FORWARD_RULES.get(op) or (fw.elementwise_rule if g.is_elementwise(inst)
                                             else fw.default_rule)
-        facts = (self.min_level(inst), op, manual_ok, rule,
+        facts = (bw.propagation_level(inst), op, manual_ok, rule,
                  self.supports_spatial(inst, self.to_output, False))
         self._fw_facts[id(inst)] = facts
         return facts

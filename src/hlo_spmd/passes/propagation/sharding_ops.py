@@ -270,6 +270,8 @@ def with_sub_sharding(s: HloSharding, shape: Shape, index: int, sub: HloSharding
 
 def shapes_compatible(a: Shape, b: Shape) -> bool:
     """ShapeUtil::CompatibleIgnoringElementType."""
+    if a is b:   # (a shape is compatible with itself)
+        return True
     if a.is_tuple or b.is_tuple:
         return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
                 and all(shapes_compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
