@@ -35,10 +35,10 @@ def can_propagate_at_level(inst: Instruction, level: int) -> bool:
 
 def propagation_level(inst: Instruction) -> int:
     """The lowest level at which ``can_propagate_at_level`` holds for ``inst``."""
-    return _level_of(g.opcode(inst), g.is_elementwise(inst))
+    return level_of(g.opcode(inst), g.is_elementwise(inst))
 
 
-def _level_of(op: str, elementwise: bool) -> int:
+def level_of(op: str, elementwise: bool) -> int:
     """``propagation_level`` given the instruction's opcode and elementwise-ness."""
     if elementwise or op in ALWAYS_PASS_THROUGH:
         return 0
@@ -65,14 +65,19 @@ def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
     return rule(p, inst, user)
 
 
-def user_rule(user: Instruction) -> tuple[int, BackRule, str, bool]:
+def user_rule(user: Instruction, op: str | None = None, elementwise: bool | None = None
+              ) -> tuple[int, BackRule, str, bool]:
     """What ``operand_from_user`` needs to know of ``user`` that does not change while
     shardings move: the level it propagates from, its rule and the rule's provenance
-    name, and whether a Shardy barrier blocks the backward direction."""
+    name, and whether a Shardy barrier blocks the backward direction.  ``op`` /
+    ``elementwise``: ``g.opcode`` / ``g.is_elementwise`` of ``user`` if the caller has
+    them (the graph reads them once per instruction)."""
     blocked = g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward")
-    op = g.opcode(user)
-    elementwise = g.is_elementwise(user)   # (both read once for the three facts)
-    return (_level_of(op, elementwise), BACKWARD_RULES.get(op, same_shape_rule),
+    if op is None:
+        op = g.opcode(user)
+    if elementwise is None:
+        elementwise = g.is_elementwise(user)
+    return (level_of(op, elementwise), BACKWARD_RULES.get(op, same_shape_rule),
             _rule_name_of(op, elementwise), blocked)
 
 

@@ -77,7 +77,7 @@ class DirtySet:
         self._pos = p.graph.walk_pos
         self._users_of = p.graph.users_of
         self._clear_targets = p.graph.clear_targets
-        self._own: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._own: dict[Instruction, tuple[int, tuple[int, ...]]] = {}
 
     def start_round(self) -> None:
         """Before the levels of a round: nothing may be skipped."""
@@ -102,7 +102,7 @@ class DirtySet:
             fw[q] = 1
         for q in bw_t:
             bw[q] = 1
-        own = self._own.get(id(inst))
+        own = self._own.get(inst)
         if own is None:
             own = self._own_of(inst)
         fw[own[0]] = 1
@@ -117,8 +117,8 @@ class DirtySet:
         user_facts = self.p.user_facts
         known = self.p._user_facts.get   # (its memo, read first)
         for u in self._users_of(inst):
-            if (known(id(u)) or user_facts(u))[1]:   # (its rule reads its operands)
+            if (known(u) or user_facts(u))[1]:   # (its rule reads its operands)
                 for o in u.operands:
                     bw.append(bpos[id(o)])
-        own = self._own[id(inst)] = (fpos[id(inst)], tuple(bw))
+        own = self._own[inst] = (fpos[id(inst)], tuple(bw))
         return own

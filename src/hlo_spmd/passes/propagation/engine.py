@@ -103,10 +103,11 @@ class Propagator:
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
         self.dirty = DirtySet(self)
-        self._fw_facts: dict[int, tuple[int, str, bool, Any]] = {}
-        self._bw_facts: dict[int, tuple[bool, list[Instruction], tuple[bool, ...]]] = {}
-        self._user_rule: dict[int, tuple] = {}
-        self._user_facts: dict[int, tuple] = {}
+        # (keyed by the instructions, which hash by identity: no id() call per question)
+        self._fw_facts: dict[Instruction, tuple[int, str, bool, Any, bool]] = {}
+        self._bw_facts: dict[Instruction, tuple] = {}
+        self._user_rule: dict[Instruction, tuple] = {}
+        self._user_facts: dict[Instruction, tuple] = {}
         self._boundaries: frozenset[int] | None = None
 
     def dot_dims(self, inst: Instruction) -> DotDims:
@@ -244,22 +245,21 @@ class Propagator:
         propagation opcode, whether its backward rule also reads its other operands
         (``unchanged.BACKWARD_READS_USER_ONLY``), whether a manual sharding of it makes
         its operand manual (not a manual region's entry), and its ``user_rule``."""
-        key = id(user)
-        r = self._user_facts.get(key)
+        r = self._user_facts.get(user)
         if r is None:
-            op = g.opcode(user)
-            reads = not (op in BACKWARD_READS_USER_ONLY or g.is_elementwise(user))
+            op = self.graph.op[user]
+            reads = not (op in BACKWARD_READS_USER_ONLY or self.graph.elementwise[user])
             manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
                                  or sdy_manual.is_sdy_entry(user))
-            r = self._user_facts[key] = (op, reads, manual_source, self.user_rule(user))
+            r = self._user_facts[user] = (op, reads, manual_source, self.user_rule(user))
         return r
 
     def user_rule(self, user: Instruction):
         """``bw.user_rule`` once per instruction."""
-        key = id(user)
-        r = self._user_rule.get(key)
+        r = self._user_rule.get(user)
         if r is None:
-            r = self._user_rule[key] = bw.user_rule(user)
+            r = self._user_rule[user] = bw.user_rule(user, self.graph.op[user],
+                                                     self.graph.elementwise[user])
         return r
 
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
@@ -269,9 +269,9 @@ class Propagator:
         if (self.graph.is_root(inst) and self.graph.owner(inst) is None
                 and not (inst is self.graph.entry_root and to_output)):
             return False
-        if g.is_elementwise(inst):
+        if self.graph.elementwise[inst]:
             return True
-        op = g.opcode(inst)
+        op = self.graph.op[inst]
         if op in SPATIAL_OPCODES:
             return True
         if op == "parameter":
@@ -285,20 +285,21 @@ class Propagator:
         """What ``infer_from_operands`` reads of ``inst`` that never changes during a run
         (asked after ``setup``): its minimum level, opcode, whether a manual operand makes
         it manual, its rule, and whether it supports spatial partitioning."""
-        op = g.opcode(inst)
+        op = self.graph.op[inst]
+        elementwise = self.graph.elementwise[inst]
         tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
         manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
                      or tuple_cc)
-        rule = fw.FORWARD_RULES.get(op) or (fw.elementwise_rule if g.is_elementwise(inst)
+        rule = fw.FORWARD_RULES.get(op) or (fw.elementwise_rule if elementwise
                                             else fw.default_rule)
-        facts = (bw.propagation_level(inst), op, manual_ok, rule,
+        facts = (bw.level_of(op, elementwise), op, manual_ok, rule,
                  self.supports_spatial(inst, self.to_output, False))
-        self._fw_facts[id(inst)] = facts
+        self._fw_facts[inst] = facts
         return facts
 
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        ml, op, manual_ok, rule, spatial = (self._fw_facts.get(id(inst))
+        ml, op, manual_ok, rule, spatial = (self._fw_facts.get(inst)
                                             or self._forward_facts(inst))
         if ml and not self.at_least(ml):
             return False
@@ -332,19 +333,19 @@ class Propagator:
         user_facts = self.user_facts
         known = self._user_facts.get   # (its memo, read first)
         for u in users:
-            op, _reads, source, rule = known(id(u)) or user_facts(u)
+            op, _reads, source, rule = known(u) or user_facts(u)
             rng.append(op == "rng-bit-generator")
             manual_source.append(source)
             rules.append(rule)
-        facts = (g.opcode(inst) == "broadcast", users, rng,
+        facts = (self.graph.op[inst] == "broadcast", users, rng,
                  self.supports_spatial(inst, False, self.to_params), manual_source, rules)
-        self._bw_facts[id(inst)] = facts
+        self._bw_facts[inst] = facts
         return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
         is_broadcast, users, is_rng, spatial, manual_source, user_rules = (
-            self._bw_facts.get(id(inst)) or self._backward_facts(inst))
+            self._bw_facts.get(inst) or self._backward_facts(inst))
         if is_broadcast and not self.at_least(2):
             return False
         s = inst.sharding

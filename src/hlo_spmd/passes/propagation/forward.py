@@ -39,7 +39,7 @@ BEST_OPERAND_EXTRA = frozenset({
 
 def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | None:
     """PickRepresentativeOperand."""
-    op = g.opcode(inst)
+    op = p.graph.op[inst]
     if op in FIRST_OPERAND:
         first = inst.operands[0]
         return first if first.sharding is not None else None
@@ -47,7 +47,7 @@ def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | Non
         if g.is_custom_call(inst, g.SDY_BARRIER) and not g.barrier_allows(inst, "forward"):
             return None
         return inst.operands[0] if g.is_passthrough_custom_call(inst) else None
-    if g.is_elementwise(inst) or op in BEST_OPERAND_EXTRA:
+    if p.graph.elementwise[inst] or op in BEST_OPERAND_EXTRA:
         best = None
         for operand in inst.operands:
             s = operand.sharding
@@ -70,9 +70,9 @@ def _maybe_tuple(inst: Instruction, s: HloSharding) -> HloSharding:
 def default_rule(p: "Propagator", inst: Instruction) -> bool:
     """Elementwise ops take every sharded operand in turn (from level 1); everything
     else follows its representative operand."""
-    if g.is_elementwise(inst):
+    if p.graph.elementwise[inst]:
         return elementwise_rule(p, inst)
-    return _follow_representative(p, inst, f"{g.opcode(inst)}.forward")
+    return _follow_representative(p, inst, f"{p.graph.op[inst]}.forward")
 
 
 def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:

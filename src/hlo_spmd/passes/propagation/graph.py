@@ -179,7 +179,9 @@ class Graph:
         self.module = module
         self.computations: list[Computation] = list(module.computations)
         self.post_orders: dict[str, list[Instruction]] = {}
-        self.users: dict[int, list[Instruction]] = {}
+        # (keyed by the instructions themselves, which hash by identity: no id() call
+        # per question; likewise the tables below)
+        self.users: dict[Instruction, list[Instruction]] = {}
         self.callers_of: dict[int, list[Instruction]] = {}
         # The fix point's walk as positions: per direction (0 forward, 1 backward) every
         # (id, instruction) of the module in walk order (computations in module order,
@@ -190,6 +192,12 @@ class Graph:
         self.walk = (fwalk, bwalk)
         self.walk_ranges: list[tuple[Computation, int, int]] = []
         users = self.users
+        # Every instruction's ``opcode`` and ``is_elementwise``, read once here: the
+        # per-instruction facts of the fix point and the representative-operand rule
+        # ask them several times each.
+        self.op: dict[Instruction, str] = {}
+        self.elementwise: dict[Instruction, bool] = {}
+        op_of, ew_of = self.op, self.elementwise
         for comp in self.computations:
             insts = _list_order(comp)
             order = _post_order(insts)
@@ -200,15 +208,22 @@ class Graph:
             bwalk.extend(reversed(pairs))
             self.walk_ranges.append((comp, start, len(fwalk)))
             for inst in insts:
-                if id(inst) not in users:
-                    users[id(inst)] = []
+                if inst not in users:
+                    users[inst] = []
+                raw = inst.opcode
+                if raw in _ELEMENTWISE_SPELLINGS:   # (``is_elementwise``'s first test)
+                    op_of[inst] = ALIASES.get(raw, raw)
+                    ew_of[inst] = True
+                else:
+                    op_of[inst] = opcode(inst)
+                    ew_of[inst] = is_elementwise(inst)
                 ops = inst.operands
                 if len(ops) == 1:
-                    users.setdefault(id(ops[0]), []).append(inst)
+                    users.setdefault(ops[0], []).append(inst)
                 elif ops:
                     # (each operand once, in order: instructions hash by identity)
                     for op in dict.fromkeys(ops):
-                        users.setdefault(id(op), []).append(inst)
+                        users.setdefault(op, []).append(inst)
                 for callee in inst.called_computations:
                     self.callers_of.setdefault(id(callee), []).append(inst)
         self._instructions: list[Instruction] = [inst for _key, inst in fwalk]
@@ -221,16 +236,15 @@ class Graph:
         # (the last one in module order wins, as in XLA's map).
         self.computation_map: dict[int, Instruction] = {}
         # id(user) -> {id(operand): its operand positions}, built on first use.
-        self._positions: dict[int, dict[int, tuple[int, ...]]] = {}
-        self._non_root_users: dict[int, int] = {}
-        self._clear_targets: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._positions: dict[Instruction, dict[Instruction, tuple[int, ...]]] = {}
+        self._non_root_users: dict[Instruction, int] = {}
+        self._clear_targets: dict[Instruction, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     def clear_targets(self, inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Walk positions whose ``already inferred`` mark a change of ``inst`` clears:
         forward, its users and the parameters of the computations they call; backward,
         its operands (XLA's ``clear_cache``; computed once per instruction)."""
-        key = id(inst)
-        r = self._clear_targets.get(key)
+        r = self._clear_targets.get(inst)
         if r is None:
             fpos, bpos = self.walk_pos
             fw: list[int] = []
@@ -239,7 +253,7 @@ class Graph:
                 for c in user.called_computations:
                     fw.extend(fpos[id(prm)] for prm in c.parameters if id(prm) in fpos)
             bw = [bpos[id(o)] for o in inst.operands if id(o) in bpos]
-            r = self._clear_targets[key] = (tuple(fw), tuple(bw))
+            r = self._clear_targets[inst] = (tuple(fw), tuple(bw))
         return r
 
     def instructions(self) -> Sequence[Instruction]:
@@ -250,19 +264,19 @@ class Graph:
     def users_of(self, inst: Instruction) -> Sequence[Instruction]:
         """Users in program order (read only; asked ~10^5 times per module: no new
         empty list per question)."""
-        return self.users.get(id(inst), _NO_USERS)
+        return self.users.get(inst, _NO_USERS)
 
     def operand_positions(self, user: Instruction, inst: Instruction) -> tuple[int, ...]:
         """Where ``inst`` is an operand of ``user`` (in order), without scanning the
         operands per question: a wide tuple asks once per operand."""
-        table = self._positions.get(id(user))
+        table = self._positions.get(user)
         if table is None:
-            built: dict[int, list[int]] = {}
+            built: dict[Instruction, list[int]] = {}
             for i, op in enumerate(user.operands):
-                built.setdefault(id(op), []).append(i)
+                built.setdefault(op, []).append(i)
             table = {k: tuple(v) for k, v in built.items()}
-            self._positions[id(user)] = table
-        return table.get(id(inst), ())
+            self._positions[user] = table
+        return table.get(inst, ())
 
     def callers(self, comp: object) -> list[Instruction]:
         return self.callers_of.get(id(comp), [])
@@ -270,12 +284,12 @@ class Graph:
     def non_root_users(self, inst: Instruction) -> int:
         """ComputeNonRootUsers: users other than the computation's root (counted once
         per instruction)."""
-        n = self._non_root_users.get(id(inst))
+        n = self._non_root_users.get(inst)
         if n is None:
             users = self.users_of(inst)
             root = inst.parent.root if inst.parent is not None else None
             # (users are distinct and compare by identity: the root is among them once)
-            n = self._non_root_users[id(inst)] = len(users) - (root is not None
+            n = self._non_root_users[inst] = len(users) - (root is not None
                                                                 and root in users)
         return n
 

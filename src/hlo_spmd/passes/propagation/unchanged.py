@@ -94,7 +94,7 @@ class UnchangedMemo:
 
     # -- what each rule reads ---------------------------------------------------------------
     def _forward_entry(self, inst: Instruction) -> list:
-        op = g.opcode(inst)
+        op = self.p.graph.op[inst]
         if op in FORWARD_LOOKAHEAD:
             reads = LOOKAHEAD
         else:
@@ -133,13 +133,13 @@ class UnchangedMemo:
 
     def _backward_entry(self, inst: Instruction) -> list:
         reads = [inst]
-        cap = 2 if g.opcode(inst) == "broadcast" else 1
+        cap = 2 if self.p.graph.op[inst] == "broadcast" else 1
         trivial = True
         user_facts = self.p.user_facts
         known = self.p._user_facts.get   # (its memo, read first)
         for user in self.p.graph.users_of(inst):
             reads.append(user)
-            uop, reads_operands, _source, _rule = known(id(user)) or user_facts(user)
+            uop, reads_operands, _source, _rule = known(user) or user_facts(user)
             if uop == "broadcast":
                 cap = 2
             if uop in BACKWARD_FROM_NOTHING:
