@@ -629,9 +629,12 @@ class _Normalizer:
             visited.add((id(comp), ctx))
             self.comp_ctx.setdefault(id(comp), set()).add(ctx)
             for inst in comp.instructions:
+                callees = inst.called_computations
+                if not callees:
+                    continue   # (most instructions: nothing to carry the context to)
                 region = self.inner_region.get(id(inst))
                 inner = ctx + tuple(a for a in region.own_axes if a not in ctx) if region else ctx
-                for callee in inst.called_computations:
+                for callee in callees:
                     stack.append((callee, inner))
 
     # -- per instruction --------------------------------------------------------------------
@@ -1030,11 +1033,9 @@ class _Normalizer:
         self.tuple_attrs()
         self.entry_results()
         self.validate()
-        order: dict[int, int] = {}
-        by_id: dict[int, "Instruction"] = {}
-        for n, i in enumerate(self.module.instructions()):
-            order[id(i)] = n
-            by_id[id(i)] = i
+        # (instructions are distinct: a position per id, in module order)
+        by_id: dict[int, "Instruction"] = {id(i): i for i in self.module.instructions()}
+        order: dict[int, int] = {k: n for n, k in enumerate(by_id)}
         rep.records = [self.records[k] for k in sorted(self.records, key=lambda k: order.get(k, -1))
                        if k in by_id]
         # Keep records in sync with the final shardings (tuple attrs / results may update).

@@ -670,11 +670,18 @@ class Propagator:
         ask, infer_fw, infer_bw = unchanged._run, unchanged._infer_fw, unchanged._infer_bw
         iterations = 0
         changed_last = True
+        # A computation with no flag in either direction has nothing to visit (most of a
+        # transformer's are one-add reducers): skipped whole, unless shard groups or the
+        # check mode visit every instruction.
+        may_skip = not self.groups and not unchanged.check
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
             base = iterations * sweep_time
             for comp, a, b in graph.walk_ranges:
+                if may_skip and fw_bits.find(1, a, b) < 0 and bw_bits.find(1, a, b) < 0:
+                    self.direction = "backward"   # (as after its walk)
+                    continue
                 if self.groups:
                     self.direction = "shard-group"
                     t = base + 8 * a - 1   # (after the previous computation's visits)
