@@ -134,9 +134,11 @@ class Propagator:
         """Whether the level (``level``, default the current one) is >= ``k``, noting the
         answer so that the memo knows at which other levels the inference would read the
         same (``unchanged``).  The lookahead's level is not the run's: not noted."""
-        lv = self._level if level is None else level
+        lv = self._level
+        if level is not None and level != lv:
+            return level >= k
         r = lv >= k
-        if lv == self._level and lv != LOOKAHEAD_LEVEL:
+        if lv != LOOKAHEAD_LEVEL:
             if r:
                 if k > self.level_lo:
                     self.level_lo = k
@@ -604,6 +606,7 @@ class Propagator:
         fw_bits, bw_bits = dirty.flagged[FW].bits, dirty.flagged[BW].bits
         may_combine = level > 0
         done_group: set[int] = set()
+        has_groups = bool(self.groups)   # (groups are collected in ``setup`` only)
         graph = self.graph
         fw_walk, bw_walk = graph.walk
         fw_pos, bw_pos = graph.walk_pos
@@ -645,7 +648,7 @@ class Propagator:
                 fw_clear[q] = t
             for q in bw_t:
                 bw_clear[q] = t
-            group = self.groups.group_of(hlo) if self.groups else None
+            group = self.groups.group_of(hlo) if has_groups else None
             if group is not None:
                 for m in group:
                     if m is not hlo:
@@ -673,7 +676,7 @@ class Propagator:
         # A computation with no flag in either direction has nothing to visit (most of a
         # transformer's are one-add reducers): skipped whole, unless shard groups or the
         # check mode visit every instruction.
-        may_skip = not self.groups and not unchanged.check
+        may_skip = not has_groups and not unchanged.check
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
@@ -682,7 +685,7 @@ class Propagator:
                 if may_skip and fw_bits.find(1, a, b) < 0 and bw_bits.find(1, a, b) < 0:
                     self.direction = "backward"   # (as after its walk)
                     continue
-                if self.groups:
+                if has_groups:
                     self.direction = "shard-group"
                     t = base + 8 * a - 1   # (after the previous computation's visits)
                     for inst in graph.post_orders[comp.name]:
