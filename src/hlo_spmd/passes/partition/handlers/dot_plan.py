@@ -170,13 +170,21 @@ class Planner:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        # Candidates in the order of _base_plans then _group_plans, the first of equal
+        # costs kept. Each is priced against the best so far (branch and bound): every
+        # term of a cost is bytes >= 0, so once the bytes priced so far exceed the best's,
+        # the candidate cannot win and the rest of it (reshard routes, inner problems) is
+        # never priced. The plan chosen is the one the full comparison chooses.
         best: Plan | None = None
-        for cand in self._base_plans(p):
-            if best is None or cand.cost < best.cost:
+        for t in self._iteration_candidates(p):
+            cand = self._base_plan(p, t, math.inf if best is None else best.cost.bytes)
+            if cand is not None and (best is None or cand.cost < best.cost):
                 best = cand
         if depth < MAX_DEPTH:
-            for cand in self._group_plans(p, depth):
-                if best is None or cand.cost < best.cost:
+            for spec in self._group_specs(p):
+                cand = self._group_plan(p, depth, *spec,
+                                        bound=math.inf if best is None else best.cost.bytes)
+                if cand is not None and (best is None or cand.cost < best.cost):
                     best = cand
         assert best is not None
         self.memo[key] = best
@@ -206,15 +214,24 @@ class Planner:
         return seen
 
     def _base_plans(self, p: Problem) -> list[BasePlan]:
-        return [self._base_plan(p, t) for t in self._iteration_candidates(p)]
+        """Every base candidate, fully priced."""
+        return [self._base_plan(p, t) for t in self._iteration_candidates(p)]  # type: ignore
 
-    def _base_plan(self, p: Problem, t: HloSharding) -> BasePlan:
+    def _base_plan(self, p: Problem, t: HloSharding,
+                   bound: float = math.inf) -> BasePlan | None:
+        """The base plan of ``t``; None once its bytes are known to exceed ``bound`` (it
+        would lose to a plan of ``bound`` bytes: see ``plan``)."""
         d = p.dims
         ir, orank = d.iter_rank, d.out_rank
         lhs_t = project(t, d.lhs_iter, ir)
+        inbytes = self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+        if round(inbytes, 3) > bound:
+            return None
         rhs_t = project(t, d.rhs_iter, ir)
-        inbytes = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
-                   + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        inbytes = inbytes + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n,
+                                               p.ebytes[RHS])
+        if round(inbytes, 3) > bound:
+            return None
         out_shape = p.out_shape
         tiles = data_tiles(t, ir)
         local = [-(-s // k) for s, k in zip(p.iter_sizes, tiles)]
@@ -284,7 +301,12 @@ class Planner:
         return out
 
     def _group_plans(self, p: Problem, depth: int) -> list[GroupPlan]:
-        plans: list[GroupPlan] = []
+        """Every group candidate, fully priced."""
+        plans = [self._group_plan(p, depth, *spec) for spec in self._group_specs(p)]
+        return [g for g in plans if g is not None]
+
+    def _group_specs(self, p: Problem):
+        """The distinct groupings to try: (kind, iters, groups, sizes)."""
         seen: set = set()
         for kind, iters, ref in self._group_candidates(p):
             ref_dims = self._tensor_dims(p, ref, iters)
@@ -299,13 +321,13 @@ class Planner:
             if key in seen or math.prod(sizes) <= 1:
                 continue
             seen.add(key)
-            plan = self._group_plan(p, depth, kind, iters, groups, sizes)
-            if plan is not None:
-                plans.append(plan)
-        return plans
+            yield kind, iters, groups, sizes
 
     def _group_plan(self, p: Problem, depth: int, kind: str, iters: list[int],
-                    groups: np.ndarray, sizes: tuple[int, ...]) -> GroupPlan | None:
+                    groups: np.ndarray, sizes: tuple[int, ...],
+                    bound: float = math.inf) -> GroupPlan | None:
+        """The group plan; None when it does not apply, or once its bytes are known to
+        exceed ``bound`` (the inner problem is then not planned: see ``plan``)."""
         x_dims = tuple(self._tensor_dims(p, w, iters) for w in (LHS, RHS, OUT))
         inner_s: list[HloSharding] = []
         targets: list[HloSharding] = []
@@ -321,11 +343,12 @@ class Planner:
             targets.append(ungroup_to(groups, rank, x_dims[w], sizes, guess))
         align = (self.reshard_bytes(p.lhs_shape, p.lhs, targets[LHS], p.n, p.ebytes[LHS])
                  + self.reshard_bytes(p.rhs_shape, p.rhs, targets[RHS], p.n, p.ebytes[RHS]))
+        if round(align, 3) > bound:
+            return None
         inner = Problem(p.dims, per_group_dims(p.lhs_shape, x_dims[LHS], sizes),
                         per_group_dims(p.rhs_shape, x_dims[RHS], sizes),
                         inner_s[LHS], inner_s[RHS], inner_s[OUT], int(groups.shape[1]),
                         p.ebytes)
-        inner_plan = self.plan(inner, depth + 1)
         reduce = 0.0
         if kind == CONTRACTING:
             ng = int(groups.shape[0])
@@ -333,7 +356,11 @@ class Planner:
             reduce = bytes_per_device("all-reduce", local, local, ng)
         result = ungroup_to(groups, p.rank(OUT), x_dims[OUT], sizes, inner.out)
         fin = self.reshard_bytes(p.out_shape, result, p.out, p.n, p.ebytes[OUT])
-        cost = Cost(round(align + reduce + fin, 3), 0.0, -1) + inner_plan.cost
+        outer = round(align + reduce + fin, 3)
+        if outer > bound:  # the inner plan's bytes only add to it
+            return None
+        inner_plan = self.plan(inner, depth + 1)
+        cost = Cost(outer, 0.0, -1) + inner_plan.cost
         return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
                          inner_plan, result, cost)
 
