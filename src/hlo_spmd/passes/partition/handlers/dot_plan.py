@@ -35,6 +35,7 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 from hlo_spmd.sharding import merge_compatible as _merge
@@ -314,7 +315,7 @@ class Planner:
             ref_s = p.sharding(ref)
             if not is_plain(ref_s) or not ref_s.is_tiled:
                 continue
-            groups = np.asarray(group_by_dims(ref_s, list(ref_dims)).device_groups, np.int64)
+            groups = _device_groups(ref_s, ref_dims)
             ref_tiles = data_tiles(ref_s, p.rank(ref))
             sizes = tuple(int(ref_tiles[x]) for x in ref_dims)
             key = (kind, tuple(iters), groups.tobytes())
@@ -363,6 +364,22 @@ class Planner:
         cost = Cost(outer, 0.0, -1) + inner_plan.cost
         return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
                          inner_plan, result, cost)
+
+
+# (sharding, dims) -> the device groups of grouping it on those dims (read-only): asked
+# for every grouping candidate of every problem, a few distinct ones per model. The groups
+# depend on the tile assignment only: keyed by value.
+_GROUPS = BoundedMemo(1024)
+
+
+def _device_groups(s: HloSharding, dims: tuple[int, ...]) -> np.ndarray:
+    key = (s, dims)
+    hit = _GROUPS.get(key)
+    if hit is None:
+        hit = np.array(group_by_dims(s, list(dims)).device_groups, np.int64)  # a copy
+        hit.flags.writeable = False
+        hit = _GROUPS.put(key, hit)
+    return hit
 
 
 def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:
