@@ -176,11 +176,17 @@ class Planner:
         # term of a cost is bytes >= 0, so once the bytes priced so far exceed the best's,
         # the candidate cannot win and the rest of it (reshard routes, inner problems) is
         # never priced. The plan chosen is the one the full comparison chooses.
+        # The replicated candidate (always first: it gathers both operands whole) is
+        # priced last, once a bound is known; ties still go to the earlier candidate of
+        # the full order (best is kept by (cost, position)).
+        ts = self._iteration_candidates(p)
+        order = list(range(1, len(ts))) + [0]
         best: Plan | None = None
-        for t in self._iteration_candidates(p):
-            cand = self._base_plan(p, t, math.inf if best is None else best.cost.bytes)
-            if cand is not None and (best is None or cand.cost < best.cost):
-                best = cand
+        best_key: tuple = ()
+        for i in order:
+            cand = self._base_plan(p, ts[i], math.inf if best is None else best.cost.bytes)
+            if cand is not None and (best is None or (cand.cost, i) < best_key):
+                best, best_key = cand, (cand.cost, i)
         if depth < MAX_DEPTH:
             for spec in self._group_specs(p):
                 cand = self._group_plan(p, depth, *spec,
@@ -324,32 +330,34 @@ class Planner:
             seen.add(key)
             yield kind, iters, groups, sizes
 
+    def _grouped(self, p: Problem, which: int, groups: np.ndarray, x_dims, sizes,
+                 target: bool = True) -> tuple[HloSharding, HloSharding | None]:
+        """(inner sharding, outer target) of tensor ``which`` for ``groups``: its own
+        sharding when it is grouped exactly, else group 0's view, regrouped (the target
+        only when asked for: the output's is never read)."""
+        s, rank = p.sharding(which), p.rank(which)
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        if exact is not None:
+            return exact, s
+        guess = group0_view(s, rank, groups, x_dims)
+        return guess, ungroup_to(groups, rank, x_dims, sizes, guess) if target else None
+
     def _group_plan(self, p: Problem, depth: int, kind: str, iters: list[int],
                     groups: np.ndarray, sizes: tuple[int, ...],
                     bound: float = math.inf) -> GroupPlan | None:
         """The group plan; None when it does not apply, or once its bytes are known to
         exceed ``bound`` (the inner problem is then not planned: see ``plan``)."""
         x_dims = tuple(self._tensor_dims(p, w, iters) for w in (LHS, RHS, OUT))
-        inner_s: list[HloSharding] = []
-        targets: list[HloSharding] = []
-        for w in (LHS, RHS, OUT):
-            s, rank = p.sharding(w), p.rank(w)
-            exact = regroup(s, rank, groups, x_dims[w], sizes)
-            if exact is not None:
-                inner_s.append(exact)
-                targets.append(s)
-                continue
-            guess = group0_view(s, rank, groups, x_dims[w])
-            inner_s.append(guess)
-            targets.append(ungroup_to(groups, rank, x_dims[w], sizes, guess))
-        align = (self.reshard_bytes(p.lhs_shape, p.lhs, targets[LHS], p.n, p.ebytes[LHS])
-                 + self.reshard_bytes(p.rhs_shape, p.rhs, targets[RHS], p.n, p.ebytes[RHS]))
-        if round(align, 3) > bound:
+        (lhs_i, lhs_t), (rhs_i, rhs_t) = (self._grouped(p, w, groups, x_dims[w], sizes)
+                                          for w in (LHS, RHS))
+        align = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+                 + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        if round(align, 3) > bound:  # (before the output is grouped)
             return None
+        out_i, _ = self._grouped(p, OUT, groups, x_dims[OUT], sizes, target=False)
         inner = Problem(p.dims, per_group_dims(p.lhs_shape, x_dims[LHS], sizes),
                         per_group_dims(p.rhs_shape, x_dims[RHS], sizes),
-                        inner_s[LHS], inner_s[RHS], inner_s[OUT], int(groups.shape[1]),
-                        p.ebytes)
+                        lhs_i, rhs_i, out_i, int(groups.shape[1]), p.ebytes)
         reduce = 0.0
         if kind == CONTRACTING:
             ng = int(groups.shape[0])
@@ -362,8 +370,8 @@ class Planner:
             return None
         inner_plan = self.plan(inner, depth + 1)
         cost = Cost(outer, 0.0, -1) + inner_plan.cost
-        return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
-                         inner_plan, result, cost)
+        return GroupPlan(kind, groups, sizes, x_dims, lhs_t, rhs_t, inner, inner_plan,
+                         result, cost)
 
 
 # (sharding, dims) -> the device groups of grouping it on those dims (read-only): asked
