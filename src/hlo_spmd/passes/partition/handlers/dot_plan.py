@@ -101,6 +101,9 @@ class BasePlan:
         self.scatter_dim = scatter_dim
         self.result = result            # output sharding before the final reshard
         self.cost = cost
+        # (dims, the partial sums' reduction groups, read-only): made once per plan, which
+        # every dot with the same problem shares (reduction_groups_of).
+        self._reduction: tuple | None = None
 
     def describe(self) -> str:
         tail = {"none": "", "all-reduce": " + all-reduce",
@@ -396,4 +399,11 @@ def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:
 
 
 def reduction_groups_of(plan: BasePlan, dims: DotDims) -> np.ndarray:
-    return reduction_groups(plan.t, dims.iter_rank, dims.kind_iter(CONTRACTING))
+    """The groups that sum ``plan``'s partial results (read-only; made once per plan)."""
+    got = plan._reduction
+    if got is None or (got[0] is not dims and got[0] != dims):
+        groups = np.ascontiguousarray(
+            reduction_groups(plan.t, dims.iter_rank, dims.kind_iter(CONTRACTING)))
+        groups.flags.writeable = False
+        got = plan._reduction = (dims, groups)
+    return got[1]
