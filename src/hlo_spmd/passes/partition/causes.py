@@ -77,7 +77,9 @@ class CauseLog:
     def enter_instruction(self, inst: "Instruction") -> None:
         """``scope(None, inst).__enter__()`` for the driver, which enters one scope per
         instruction of the module (no context-manager object); ``leave`` ends it."""
-        _push(self._stack, None, inst, None, None)
+        stack = self._stack
+        top = stack[-1]
+        stack.append(_scope((top.cause, inst, top.src, top.dst)))  # (what _push makes)
 
     def leave(self) -> None:
         """End the innermost scope begun by ``enter_instruction``."""
@@ -132,10 +134,15 @@ def _push(stack: list[Scope], cause: str | None, serves: "Instruction | None",
     top = stack[-1]
     if cause is None or (cause == "reshard" and top.cause == "fallback"):
         cause = top.cause
-    new = Scope(cause, serves if serves is not None else top.serves,
-                src if src is not None else top.src, dst if dst is not None else top.dst)
+    new = _scope((cause, serves if serves is not None else top.serves,
+                  src if src is not None else top.src, dst if dst is not None else top.dst))
     stack.append(new)
     return new
+
+
+# A Scope from its four fields without the NamedTuple's generated ``__new__`` (one call
+# per instruction and per reshard; the same tuple subclass and fields).
+_scope = functools.partial(tuple.__new__, Scope)
 
 
 def _log(ctx: Any) -> CauseLog:

@@ -236,7 +236,11 @@ def _replace(comp: Computation, old: Instruction, new: Instruction,
 # -- rewrites ------------------------------------------------------------------------------------
 def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -> bool:
     changed = False
-    users = iter_operand_users(comp.instructions)
+    # Users are asked of all-reduces and of the binary ops that may merge two (also ones
+    # that read an all-reduce this pass makes): only theirs are listed.
+    users = iter_operand_users(comp.instructions, only={
+        i for i in comp.instructions
+        if i.opcode == "all-reduce" or (i.opcode in _ASSOCIATIVE and len(i.operands) == 2)})
     for inst in list(comp.instructions):
         if inst.opcode not in _ASSOCIATIVE or len(inst.operands) != 2:
             continue
@@ -285,7 +289,12 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
     """``dynamic-slice(transpose(all-reduce))`` -> ``transpose(dynamic-slice(all-reduce))``
     when the transpose feeds only dynamic-slices, so the next rewrite sees the cut."""
     changed = False
-    users = iter_operand_users(comp.instructions)
+    # Users are asked of transposes of all-reduces and of dynamic-slices (replaced): only
+    # theirs are listed.
+    users = iter_operand_users(comp.instructions, only={
+        i for i in comp.instructions
+        if i.opcode == "dynamic-slice" or (i.opcode == "transpose"
+                                           and i.operands[0].opcode == "all-reduce")})
     for t in list(comp.instructions):
         if t.opcode != "transpose" or t.operands[0].opcode != "all-reduce":
             continue
@@ -315,7 +324,9 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
 def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
                                         inherit=lambda new, old: None) -> bool:
     changed = False
-    users = iter_operand_users(comp.instructions)
+    # Users are asked of all-reduces and of dynamic-slices (replaced): only theirs.
+    users = iter_operand_users(comp.instructions, only={
+        i for i in comp.instructions if i.opcode in ("all-reduce", "dynamic-slice")})
     facts = _DeviceFacts(num_devices)
     for ar in list(comp.instructions):
         if ar.opcode != "all-reduce" or len(ar.operands) != 1 or not ar.shape.is_array \

@@ -60,6 +60,10 @@ def _tile_array(s: HloSharding, rank: int) -> np.ndarray:
 # regrouping per distinct (sharding, groups, dims). Both are pure in immutable values.
 _FROM_ARRAY = BoundedMemo(1024)  # keys hold O(devices) bytes
 _REGROUP = BoundedMemo(1024)
+# lift / project / scattered per (sharding, dims...): the dot problems of a model share
+# their operand and candidate shardings (at 7 layers about half the calls repeat one).
+# The results depend on the tile array only (never on metadata): keyed by value.
+_MAPS = BoundedMemo(4096)
 
 
 def _from_array(arr: np.ndarray) -> HloSharding:
@@ -78,6 +82,13 @@ def lift(s: HloSharding, tensor_iter: Sequence[int], iter_rank: int,
          n: int) -> HloSharding | None:
     """The iteration-space sharding that tiles like ``s`` on the tensor's dims and not at
     all on the others (None unless plain)."""
+    key = ("lift", s, tuple(tensor_iter), iter_rank)
+    if key in _MAPS:
+        return _MAPS[key]
+    return _MAPS.put(key, _lift(s, tensor_iter, iter_rank))
+
+
+def _lift(s: HloSharding, tensor_iter: Sequence[int], iter_rank: int) -> HloSharding | None:
     if not is_plain(s):
         return None
     if s.is_replicated:
@@ -97,6 +108,14 @@ def project(t: HloSharding, tensor_iter: Sequence[int], iter_rank: int) -> HloSh
     replicated over the tiles of the other iteration dims."""
     if t.is_replicated:
         return t
+    key = ("project", t, tuple(tensor_iter), iter_rank)
+    hit = _MAPS.get(key)
+    if hit is None:
+        hit = _MAPS.put(key, _project(t, tensor_iter, iter_rank))
+    return hit
+
+
+def _project(t: HloSharding, tensor_iter: Sequence[int], iter_rank: int) -> HloSharding:
     arr = _tile_array(t, iter_rank)
     keep = list(tensor_iter)
     others = [k for k in range(iter_rank) if k not in keep]
@@ -118,6 +137,15 @@ def scattered(t: HloSharding, iter_rank: int, out_rank: int, contr: Sequence[int
               dim: int) -> HloSharding:
     """Output sharding after a reduce-scatter on output ``dim`` over the contracting groups
     of ``t``: the contracting tiles become minor tiles of ``dim``."""
+    key = ("scattered", t, iter_rank, out_rank, tuple(contr), dim)
+    hit = _MAPS.get(key)
+    if hit is None:
+        hit = _MAPS.put(key, _scattered(t, iter_rank, out_rank, contr, dim))
+    return hit
+
+
+def _scattered(t: HloSharding, iter_rank: int, out_rank: int, contr: Sequence[int],
+               dim: int) -> HloSharding:
     arr = _tile_array(t, iter_rank)
     contr = list(contr)
     order = list(range(dim + 1)) + contr + list(range(dim + 1, out_rank)) + [iter_rank]

@@ -35,6 +35,7 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
+from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 from hlo_spmd.sharding import merge_compatible as _merge
@@ -100,6 +101,9 @@ class BasePlan:
         self.scatter_dim = scatter_dim
         self.result = result            # output sharding before the final reshard
         self.cost = cost
+        # (dims, the partial sums' reduction groups, read-only): made once per plan, which
+        # every dot with the same problem shares (reduction_groups_of).
+        self._reduction: tuple | None = None
 
     def describe(self) -> str:
         tail = {"none": "", "all-reduce": " + all-reduce",
@@ -170,13 +174,27 @@ class Planner:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        # Candidates in the order of _base_plans then _group_plans, the first of equal
+        # costs kept. Each is priced against the best so far (branch and bound): every
+        # term of a cost is bytes >= 0, so once the bytes priced so far exceed the best's,
+        # the candidate cannot win and the rest of it (reshard routes, inner problems) is
+        # never priced. The plan chosen is the one the full comparison chooses.
+        # The replicated candidate (always first: it gathers both operands whole) is
+        # priced last, once a bound is known; ties still go to the earlier candidate of
+        # the full order (best is kept by (cost, position)).
+        ts = self._iteration_candidates(p)
+        order = list(range(1, len(ts))) + [0]
         best: Plan | None = None
-        for cand in self._base_plans(p):
-            if best is None or cand.cost < best.cost:
-                best = cand
+        best_key: tuple = ()
+        for i in order:
+            cand = self._base_plan(p, ts[i], math.inf if best is None else best.cost.bytes)
+            if cand is not None and (best is None or (cand.cost, i) < best_key):
+                best, best_key = cand, (cand.cost, i)
         if depth < MAX_DEPTH:
-            for cand in self._group_plans(p, depth):
-                if best is None or cand.cost < best.cost:
+            for spec in self._group_specs(p):
+                cand = self._group_plan(p, depth, *spec,
+                                        bound=math.inf if best is None else best.cost.bytes)
+                if cand is not None and (best is None or cand.cost < best.cost):
                     best = cand
         assert best is not None
         self.memo[key] = best
@@ -206,15 +224,24 @@ class Planner:
         return seen
 
     def _base_plans(self, p: Problem) -> list[BasePlan]:
-        return [self._base_plan(p, t) for t in self._iteration_candidates(p)]
+        """Every base candidate, fully priced."""
+        return [self._base_plan(p, t) for t in self._iteration_candidates(p)]  # type: ignore
 
-    def _base_plan(self, p: Problem, t: HloSharding) -> BasePlan:
+    def _base_plan(self, p: Problem, t: HloSharding,
+                   bound: float = math.inf) -> BasePlan | None:
+        """The base plan of ``t``; None once its bytes are known to exceed ``bound`` (it
+        would lose to a plan of ``bound`` bytes: see ``plan``)."""
         d = p.dims
         ir, orank = d.iter_rank, d.out_rank
         lhs_t = project(t, d.lhs_iter, ir)
+        inbytes = self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+        if round(inbytes, 3) > bound:
+            return None
         rhs_t = project(t, d.rhs_iter, ir)
-        inbytes = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
-                   + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        inbytes = inbytes + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n,
+                                               p.ebytes[RHS])
+        if round(inbytes, 3) > bound:
+            return None
         out_shape = p.out_shape
         tiles = data_tiles(t, ir)
         local = [-(-s // k) for s, k in zip(p.iter_sizes, tiles)]
@@ -284,7 +311,12 @@ class Planner:
         return out
 
     def _group_plans(self, p: Problem, depth: int) -> list[GroupPlan]:
-        plans: list[GroupPlan] = []
+        """Every group candidate, fully priced."""
+        plans = [self._group_plan(p, depth, *spec) for spec in self._group_specs(p)]
+        return [g for g in plans if g is not None]
+
+    def _group_specs(self, p: Problem):
+        """The distinct groupings to try: (kind, iters, groups, sizes)."""
         seen: set = set()
         for kind, iters, ref in self._group_candidates(p):
             ref_dims = self._tensor_dims(p, ref, iters)
@@ -292,40 +324,43 @@ class Planner:
             ref_s = p.sharding(ref)
             if not is_plain(ref_s) or not ref_s.is_tiled:
                 continue
-            groups = np.asarray(group_by_dims(ref_s, list(ref_dims)).device_groups, np.int64)
+            groups = _device_groups(ref_s, ref_dims)
             ref_tiles = data_tiles(ref_s, p.rank(ref))
             sizes = tuple(int(ref_tiles[x]) for x in ref_dims)
             key = (kind, tuple(iters), groups.tobytes())
             if key in seen or math.prod(sizes) <= 1:
                 continue
             seen.add(key)
-            plan = self._group_plan(p, depth, kind, iters, groups, sizes)
-            if plan is not None:
-                plans.append(plan)
-        return plans
+            yield kind, iters, groups, sizes
+
+    def _grouped(self, p: Problem, which: int, groups: np.ndarray, x_dims, sizes,
+                 target: bool = True) -> tuple[HloSharding, HloSharding | None]:
+        """(inner sharding, outer target) of tensor ``which`` for ``groups``: its own
+        sharding when it is grouped exactly, else group 0's view, regrouped (the target
+        only when asked for: the output's is never read)."""
+        s, rank = p.sharding(which), p.rank(which)
+        exact = regroup(s, rank, groups, x_dims, sizes)
+        if exact is not None:
+            return exact, s
+        guess = group0_view(s, rank, groups, x_dims)
+        return guess, ungroup_to(groups, rank, x_dims, sizes, guess) if target else None
 
     def _group_plan(self, p: Problem, depth: int, kind: str, iters: list[int],
-                    groups: np.ndarray, sizes: tuple[int, ...]) -> GroupPlan | None:
+                    groups: np.ndarray, sizes: tuple[int, ...],
+                    bound: float = math.inf) -> GroupPlan | None:
+        """The group plan; None when it does not apply, or once its bytes are known to
+        exceed ``bound`` (the inner problem is then not planned: see ``plan``)."""
         x_dims = tuple(self._tensor_dims(p, w, iters) for w in (LHS, RHS, OUT))
-        inner_s: list[HloSharding] = []
-        targets: list[HloSharding] = []
-        for w in (LHS, RHS, OUT):
-            s, rank = p.sharding(w), p.rank(w)
-            exact = regroup(s, rank, groups, x_dims[w], sizes)
-            if exact is not None:
-                inner_s.append(exact)
-                targets.append(s)
-                continue
-            guess = group0_view(s, rank, groups, x_dims[w])
-            inner_s.append(guess)
-            targets.append(ungroup_to(groups, rank, x_dims[w], sizes, guess))
-        align = (self.reshard_bytes(p.lhs_shape, p.lhs, targets[LHS], p.n, p.ebytes[LHS])
-                 + self.reshard_bytes(p.rhs_shape, p.rhs, targets[RHS], p.n, p.ebytes[RHS]))
+        (lhs_i, lhs_t), (rhs_i, rhs_t) = (self._grouped(p, w, groups, x_dims[w], sizes)
+                                          for w in (LHS, RHS))
+        align = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+                 + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        if round(align, 3) > bound:  # (before the output is grouped)
+            return None
+        out_i, _ = self._grouped(p, OUT, groups, x_dims[OUT], sizes, target=False)
         inner = Problem(p.dims, per_group_dims(p.lhs_shape, x_dims[LHS], sizes),
                         per_group_dims(p.rhs_shape, x_dims[RHS], sizes),
-                        inner_s[LHS], inner_s[RHS], inner_s[OUT], int(groups.shape[1]),
-                        p.ebytes)
-        inner_plan = self.plan(inner, depth + 1)
+                        lhs_i, rhs_i, out_i, int(groups.shape[1]), p.ebytes)
         reduce = 0.0
         if kind == CONTRACTING:
             ng = int(groups.shape[0])
@@ -333,9 +368,29 @@ class Planner:
             reduce = bytes_per_device("all-reduce", local, local, ng)
         result = ungroup_to(groups, p.rank(OUT), x_dims[OUT], sizes, inner.out)
         fin = self.reshard_bytes(p.out_shape, result, p.out, p.n, p.ebytes[OUT])
-        cost = Cost(round(align + reduce + fin, 3), 0.0, -1) + inner_plan.cost
-        return GroupPlan(kind, groups, sizes, x_dims, targets[LHS], targets[RHS], inner,
-                         inner_plan, result, cost)
+        outer = round(align + reduce + fin, 3)
+        if outer > bound:  # the inner plan's bytes only add to it
+            return None
+        inner_plan = self.plan(inner, depth + 1)
+        cost = Cost(outer, 0.0, -1) + inner_plan.cost
+        return GroupPlan(kind, groups, sizes, x_dims, lhs_t, rhs_t, inner, inner_plan,
+                         result, cost)
+
+
+# (sharding, dims) -> the device groups of grouping it on those dims (read-only): asked
+# for every grouping candidate of every problem, a few distinct ones per model. The groups
+# depend on the tile assignment only: keyed by value.
+_GROUPS = BoundedMemo(1024)
+
+
+def _device_groups(s: HloSharding, dims: tuple[int, ...]) -> np.ndarray:
+    key = (s, dims)
+    hit = _GROUPS.get(key)
+    if hit is None:
+        hit = np.array(group_by_dims(s, list(dims)).device_groups, np.int64)  # a copy
+        hit.flags.writeable = False
+        hit = _GROUPS.put(key, hit)
+    return hit
 
 
 def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:
@@ -344,4 +399,11 @@ def _local_dims(shape: tuple[int, ...], s: HloSharding) -> tuple[int, ...]:
 
 
 def reduction_groups_of(plan: BasePlan, dims: DotDims) -> np.ndarray:
-    return reduction_groups(plan.t, dims.iter_rank, dims.kind_iter(CONTRACTING))
+    """The groups that sum ``plan``'s partial results (read-only; made once per plan)."""
+    got = plan._reduction
+    if got is None or (got[0] is not dims and got[0] != dims):
+        groups = np.ascontiguousarray(
+            reduction_groups(plan.t, dims.iter_rank, dims.kind_iter(CONTRACTING)))
+        groups.flags.writeable = False
+        got = plan._reduction = (dims, groups)
+    return got[1]
