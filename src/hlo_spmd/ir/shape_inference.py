@@ -1714,6 +1714,13 @@ RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "dynamic-slice": ("dynamic_slice_sizes",),
     "dot": ("dot_dimension_numbers",),
 }
+#: The elementwise opcodes: one rule each for unary and binary ops, reading the opcode and
+#: the operand shapes only (no attribute, no callee, not the declared shape;
+#: ``tests/test_shape_inference_memo.py`` runs them through the same proxy). The most
+#: common instructions of a model, remembered by the cheapest key.
+ELEMENTWISE = frozenset(_UNARY) | frozenset(_BINARY)
+# Opcodes whose memo key is the opcode and the shape objects alone.
+_SHAPES_ONLY = ELEMENTWISE | frozenset(op for op, names in RULE_ATTRIBUTES.items() if not names)
 
 _FIELDS = hlo_pb2.HloInstructionProto.DESCRIPTOR.fields_by_name
 
@@ -1771,6 +1778,14 @@ class InferenceMemo:
               declared: Shape | None, where: str | Callable[[], str] | None) -> Shape:
         """As ``infer_shape``; ``where`` may be a function making the text (only asked
         when an inference runs)."""
+        if opcode in _SHAPES_ONLY and not called:
+            # (a tuple of ints after the opcode: never equal to a key made below)
+            key = (opcode, id(declared), *map(id, operand_shapes))
+            got = self._results.get(key)
+            if got is None:
+                shape = infer_shape(opcode, operand_shapes, _EMPTY_ATTRS, (), declared, where)
+                got = self._results[key] = (shape, declared, tuple(operand_shapes))
+            return got[0]
         readers = _READERS.get(opcode)
         if readers is None:
             return infer_shape(opcode, operand_shapes, attrs, called, declared, where)
