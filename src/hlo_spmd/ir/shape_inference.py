@@ -1702,8 +1702,8 @@ def infer_shape(opcode: str, operand_shapes: Sequence[Shape],
 #: pure function of the operand shapes, the declared shape, the called computations'
 #: signatures and these fields, so instructions that agree on all of them infer the same
 #: shape (a module repeats a few dozen such keys over thousands of instructions). Listed:
-#: the rules that cost several times a memo lookup (elementwise rules cost about as
-#: much as the key, so they are not). ``tests/test_shape_inference_memo.py`` runs each
+#: the rules that cost several times a memo lookup (the elementwise opcodes, below, have
+#: a cheaper key of their own). ``tests/test_shape_inference_memo.py`` runs each
 #: listed rule on the fixtures through an attrs proxy that fails on any other field:
 #: keep an entry in step with its rule.
 RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
