@@ -299,29 +299,41 @@ def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | Non
     (one per save) builds each distinct new array shape once."""
     if p is None:
         p = hlo_pb2.HloInstructionProto()
-    p.CopyFrom(inst.attrs)
-    p.name = inst.name
-    p.opcode = inst.opcode
-    shape = inst.shape
-    if shape_protos is not None:
-        p.shape.CopyFrom(shape_protos.get(shape))
-    elif shape.source_proto is not None:
-        p.shape.CopyFrom(shape.source_proto)
-    else:
-        p.shape.CopyFrom(shape_to_proto(shape))
-    p.id = inst.id
-    if inst.operands:
-        p.operand_ids.extend([o.id for o in inst.operands])
-    if inst.control_predecessors:
-        p.control_predecessor_ids.extend([o.id for o in inst.control_predecessors])
-    if inst.called_computations:
-        p.called_computation_ids.extend([c.id for c in inst.called_computations])
-    if inst.sharding is not None:
-        if inst.source_sharding is not None and inst.source_sharding[0] is inst.sharding:
-            p.sharding.CopyFrom(inst.source_sharding[1])
-        else:
-            p.sharding.CopyFrom(sharding_to_proto(inst.sharding))
+    _write_instructions(lambda: p, (inst,),
+                        shape_protos if shape_protos is not None else _ShapeProtos())
     return p
+
+
+# upb's message and repeated-field methods as plain functions (one for every message
+# type): called through an instance, each call makes a bound method object first.
+_copy_from = hlo_pb2.HloInstructionProto.CopyFrom
+_extend_ids = type(hlo_pb2.HloInstructionProto().operand_ids).extend
+
+
+def _write_instructions(new_message: Any, instructions: Any, shape_protos: _ShapeProtos) -> None:
+    """Write each of ``instructions`` into the empty message ``new_message()`` returns
+    (e.g. a computation's ``instructions.add``): its attrs, then the fields it owns."""
+    copy_from, extend, shape_proto = _copy_from, _extend_ids, shape_protos.get
+    for inst in instructions:
+        p = new_message()
+        copy_from(p, inst.attrs)
+        p.name = inst.name
+        p.opcode = inst.opcode
+        copy_from(p.shape, shape_proto(inst.shape))
+        p.id = inst.id
+        if inst.operands:
+            extend(p.operand_ids, [o.id for o in inst.operands])
+        if inst.control_predecessors:
+            extend(p.control_predecessor_ids, [o.id for o in inst.control_predecessors])
+        if inst.called_computations:
+            extend(p.called_computation_ids, [c.id for c in inst.called_computations])
+        sharding = inst.sharding
+        if sharding is not None:
+            source = inst.source_sharding
+            if source is not None and source[0] is sharding:
+                copy_from(p.sharding, source[1])
+            else:
+                copy_from(p.sharding, sharding_to_proto(sharding))
 
 
 def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
@@ -343,9 +355,7 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         c.root_id = comp.root.id
         c.is_fusion_computation = comp.is_fusion_computation
         c.execution_thread = comp.execution_thread
-        add = c.instructions.add
-        for inst in comp.instructions:
-            instruction_to_proto(inst, add(), shape_protos)
+        _write_instructions(c.instructions.add, comp.instructions, shape_protos)
         _update_program_shape(c.program_shape, _program_shape(comp, shape_protos),
                               c.HasField("program_shape"), shapes)
     _update_program_shape(out.host_program_shape, _program_shape(module.entry, shape_protos),
