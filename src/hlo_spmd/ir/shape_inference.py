@@ -1546,9 +1546,16 @@ def _check_custom_call(c: _Ctx, d: Shape) -> None:
                          f"result {_str(d)}")
 
 
+def parameter_is_valid(n_operands: int, number: int) -> bool:
+    """All the parameter rule checks (it returns the declared shape): no operands and a
+    non-negative parameter number. The verifier asks this instead of running the rule;
+    the rule raises the error."""
+    return n_operands == 0 and number >= 0
+
+
 def _check_parameter(c: _Ctx, d: Shape) -> None:
     c.count(0)
-    if c.attrs.parameter_number < 0:
+    if not parameter_is_valid(0, c.attrs.parameter_number):
         raise c.fail(f"negative parameter number {c.attrs.parameter_number}")
 
 
