@@ -260,11 +260,23 @@ class _ShapeProtos:
     protos, which equality ignores, so tuples are built each time). Looked up by object
     first (shapes are shared), then by value; the objects are held meanwhile."""
 
-    __slots__ = ("_by_id", "_by_value")
+    __slots__ = ("_by_id", "_by_value", "_fields")
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Shape, xla_data_pb2.ShapeProto]] = {}
         self._by_value: dict[Shape, xla_data_pb2.ShapeProto] = {}
+        self._fields: dict[int, tuple[Shape, bytes]] = {}
+
+    def shape_field(self, shape: Shape) -> bytes:
+        """An HloInstructionProto holding only ``shape`` (``get``'s proto), serialized:
+        merged into an instruction without a shape, it sets the shape as a copy of the
+        proto would, in one call (no sub-message object made for the field)."""
+        got = self._fields.get(id(shape))
+        if got is None:
+            holder = hlo_pb2.HloInstructionProto()
+            holder.shape.CopyFrom(self.get(shape))
+            got = self._fields[id(shape)] = (shape, holder.SerializeToString())
+        return got[1]
 
     def get(self, shape: Shape) -> xla_data_pb2.ShapeProto:
         if shape.source_proto is not None:
@@ -307,19 +319,21 @@ def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | Non
 # upb's message and repeated-field methods as plain functions (one for every message
 # type): called through an instance, each call makes a bound method object first.
 _copy_from = hlo_pb2.HloInstructionProto.CopyFrom
+_merge_from_string = hlo_pb2.HloInstructionProto.MergeFromString
 _extend_ids = type(hlo_pb2.HloInstructionProto().operand_ids).extend
 
 
 def _write_instructions(new_message: Any, instructions: Any, shape_protos: _ShapeProtos) -> None:
     """Write each of ``instructions`` into the empty message ``new_message()`` returns
     (e.g. a computation's ``instructions.add``): its attrs, then the fields it owns."""
-    copy_from, extend, shape_proto = _copy_from, _extend_ids, shape_protos.get
+    copy_from, merge, extend = _copy_from, _merge_from_string, _extend_ids
+    shape_field = shape_protos.shape_field
     for inst in instructions:
         p = new_message()
         copy_from(p, inst.attrs)
         p.name = inst.name
         p.opcode = inst.opcode
-        copy_from(p.shape, shape_proto(inst.shape))
+        merge(p, shape_field(inst.shape))
         p.id = inst.id
         if inst.operands:
             extend(p.operand_ids, [o.id for o in inst.operands])
