@@ -1796,9 +1796,11 @@ class InferenceMemo:
         readers = _READERS.get(opcode)
         if readers is None:
             return infer_shape(opcode, operand_shapes, attrs, called, declared, where)
+        # (most listed rules read one field: no comprehension for it)
         key = (opcode, id(declared), tuple(map(id, operand_shapes)),
                tuple(map(self._signature, called)) if called else (),
-               tuple([r(attrs) for r in readers]) if readers else ())
+               (readers[0](attrs),) if len(readers) == 1
+               else tuple([r(attrs) for r in readers]) if readers else ())
         got = self._results.get(key)
         if got is None:
             shape = infer_shape(opcode, operand_shapes,
