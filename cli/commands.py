@@ -140,52 +140,10 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
               shards: tuple[str, ...], quiet: bool) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
-    from hlo_spmd.api import partition_owned as api_partition
-    from hlo_spmd.passes.partition import PartitionOptions
-    from hlo_spmd.report import top_causes_line
-    from hlo_spmd_cli.common import Progress, write_json
+    from hlo_spmd_cli.partition_run import run_partition
 
-    with Progress(quiet) as progress:
-        progress.step(f"loading {src}")
-        module = load_module(src, verify=True)
-        if shards or mesh:
-            from hlo_spmd.annotations.cli_spec import as_shard_specs, parse_mesh
-
-            parse_mesh(mesh) if mesh else None  # fail on a bad spec before any work
-            as_shard_specs(list(shards))
-        progress.step("completing shardings and partitioning")
-        options = PartitionOptions(windowed_einsum_threshold_mib=windowed_mib,
-                                   windowed_einsum_bidirectional=bidirectional,
-                                   combine_threshold_mib=combine_mib)
-        result = api_partition(module, num_partitions, mesh=mesh, shard=list(shards),
-                               complete=complete, options=options)
-        progress.step(f"writing {label(out)}")
-        if report_path is not None and report_path == out:
-            from hlo_spmd.errors import InputError
-
-            raise InputError("--report and -o name the same file")
-        if report_path not in (None, "-"):
-            import os
-
-            from hlo_spmd.errors import InputError
-
-            folder = os.path.dirname(report_path) or "."
-            if not os.path.isdir(folder):  # fail before writing anything
-                raise InputError("report directory does not exist", folder)
-        write_module(result.module, out, fmt)
-        if report_path is not None:
-            write_json(result.report, report_path)
-    fallbacks = result.report["replicated_fallbacks"]
-    status(f"wrote {label(out)}: {result.num_partitions} partitions, "
-           f"{result.module.instruction_count()} instructions"
-           + (f", {len(fallbacks)} ops replicated (no partitioned handler)" if fallbacks else ""),
-           quiet)
-    status(top_causes_line(result.report), quiet)
-    for w in result.warnings:
-        status(f"warning: {w}", quiet)
-    for call in result.report["unknown_custom_calls"]:
-        status(f"  replicated: custom-call {call['instruction']} (target {call['target']!r} "
-               "has no partitioning rule)", quiet)
+    run_partition(src, out, num_partitions, complete, fmt, report_path, windowed_mib,
+                  bidirectional, combine_mib, mesh, shards, quiet)
 
 
 @cli.command()

@@ -1,5 +1,6 @@
 """Shared pieces of the commands: ``-`` for stdin/stdout, atomic JSON output, status
-lines that ``--quiet`` silences, and a progress line for long runs."""
+lines that ``--quiet`` silences, and a progress line for long runs. click is imported
+only by the helpers that print through it (the fast path runs without it)."""
 from __future__ import annotations
 
 import os
@@ -7,8 +8,6 @@ import sys
 import threading
 import time
 from typing import Any
-
-import click
 
 STDIO = "-"
 
@@ -33,6 +32,8 @@ def write_module(module, out: str, fmt: str | None) -> None:
     if out != STDIO:
         save_module(module, out, fmt)
         return
+    import click
+
     data = module_bytes(module) if fmt == "proto" else module_text(module).encode("utf-8")
     stream = click.get_binary_stream("stdout")
     stream.write(data)
@@ -42,6 +43,8 @@ def write_module(module, out: str, fmt: str | None) -> None:
 def write_json(obj: Any, out: str) -> None:
     """JSON, key order as built (deterministic); ``-`` is stdout; files are atomic."""
     import json  # (only the commands that write JSON load it)
+
+    import click
 
     from hlo_spmd.ir.io import write_atomic
 
@@ -58,6 +61,8 @@ def label(path: str) -> str:
 
 def status(msg: str, quiet: bool) -> None:
     if not quiet:
+        import click
+
         click.echo(msg, err=True)
 
 

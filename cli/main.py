@@ -1,4 +1,6 @@
-"""The hlo-spmd command line: thin click commands over the library.
+"""The hlo-spmd command line: the process entry point (thin click commands over the
+library, :mod:`hlo_spmd_cli.app` and :mod:`hlo_spmd_cli.commands`; the common
+``partition FILE -o FILE`` form runs without click, :mod:`hlo_spmd_cli.fast`).
 
 Every user-facing failure is one line on stderr and exit code 2; no traceback, no
 partial output file (the library writes atomically).
@@ -7,51 +9,50 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 # The partitioner's numpy work is small integer device tables, never BLAS. One BLAS
 # thread spares every run OpenBLAS's start of a worker thread per core at numpy's
 # import (about 0.1 s of CPU for a short run, measured). A user's own setting is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-import click  # (after the BLAS setting: nothing may import numpy before it)
-
-from hlo_spmd import __version__
-from hlo_spmd.errors import HloSpmdError
+# (nothing may import numpy before that setting: click and the library come after it)
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 
 
-class _Group(click.Group):
-    """Turns library errors into one-line messages and exit codes."""
+def error_exit_code(e: BaseException) -> int | None:
+    """Say what went wrong in one line on stderr and give the exit code: 2 for a problem
+    with the input (``HloSpmdError``), 130 for an interrupt, 3 for a bug (its traceback
+    only with ``HLO_SPMD_DEBUG``: then None, and the caller re-raises). One policy for
+    commands run through click (:mod:`hlo_spmd_cli.app`) and the fast path."""
+    import click  # (the message is printed as every other line: click.echo)
 
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except HloSpmdError as e:
-            click.echo(f"hlo-spmd: error: {e}", err=True)
-            ctx.exit(EXIT_USER_ERROR)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
-        except KeyboardInterrupt:
-            click.echo("hlo-spmd: interrupted", err=True)
-            ctx.exit(130)
-        except Exception as e:  # a bug: say so in one line; traceback only on request
-            if os.environ.get("HLO_SPMD_DEBUG"):
-                raise
-            click.echo(f"hlo-spmd: internal error ({type(e).__name__}): {e} "
-                       "[set HLO_SPMD_DEBUG=1 for a traceback]", err=True)
-            ctx.exit(EXIT_INTERNAL_ERROR)
+    from hlo_spmd.errors import HloSpmdError
 
-    def main(self, *args, **kwargs):
-        # Usage errors print click's usage block; keep them to exit code 2 as well.
-        return super().main(*args, **kwargs)
+    if isinstance(e, HloSpmdError):
+        click.echo(f"hlo-spmd: error: {e}", err=True)
+        return EXIT_USER_ERROR
+    if isinstance(e, KeyboardInterrupt):
+        click.echo("hlo-spmd: interrupted", err=True)
+        return 130
+    if not isinstance(e, Exception) or os.environ.get("HLO_SPMD_DEBUG"):
+        return None
+    # a bug: say so in one line; traceback only on request
+    click.echo(f"hlo-spmd: internal error ({type(e).__name__}): {e} "
+               "[set HLO_SPMD_DEBUG=1 for a traceback]", err=True)
+    return EXIT_INTERNAL_ERROR
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hlo-spmd")
-def cli() -> None:
-    """hlo-spmd: a standalone SPMD partitioner for XLA HLO modules."""
+def __getattr__(name: str):
+    # ``cli`` (the click group) lives in hlo_spmd_cli.app, imported on first use: a
+    # command line the fast path runs never imports click (~70M instructions, a
+    # quarter of the interpreter's own start-up).
+    if name in ("cli", "_Group"):
+        from hlo_spmd_cli import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register() -> None:
@@ -70,12 +71,18 @@ def main() -> None:
     """The process entry point (console script, ``python -m hlo_spmd_cli``): runs the
     command, then ends the process without tearing the object graph down."""
     gc.disable()
-    _register()
-    try:
-        cli.main(prog_name="hlo-spmd")
-        code = 0
-    except SystemExit as e:  # click ends every command this way
-        code = e.code
+    from hlo_spmd_cli.fast import run_fast
+
+    code = run_fast(sys.argv[1:])
+    if code is None:  # not a command line the fast path takes: click parses it
+        _register()
+        from hlo_spmd_cli.app import cli
+
+        try:
+            cli.main(prog_name="hlo-spmd")
+            code = 0
+        except SystemExit as e:  # click ends every command this way
+            code = e.code
     _exit(code)
 
 
@@ -86,7 +93,6 @@ def _exit(code) -> None:
     instructions, seconds at 100k). Exit handlers still run and the standard streams
     are flushed; then ``os._exit``. Exit codes are those of ``sys.exit``."""
     import atexit
-    import sys
 
     if code is None:
         code = 0

@@ -10,7 +10,8 @@ import pytest
 from hlo_spmd.errors import VerifierError
 from hlo_spmd.ir.io import load_module
 from hlo_spmd.ir.primitive_types import PrimitiveType as PT
-from hlo_spmd.ir.shape_inference import RULE_ATTRIBUTES, InferenceMemo, array_shape, infer_shape
+from hlo_spmd.ir.shape_inference import (ELEMENTWISE, RULE_ATTRIBUTES, InferenceMemo,
+                                         array_shape, infer_shape)
 from hlo_spmd.ir.verifier import verify_module
 from hlo_spmd.proto import hlo_pb2
 
@@ -115,3 +116,45 @@ def test_the_verifier_still_names_a_bad_copy_of_a_verified_instruction():
     with pytest.raises(VerifierError, match="out of range") as e:
         verify_module(module)
     assert f"instruction {bad.name}" in str(e.value)
+
+
+def _elementwise_cases():
+    """Every elementwise opcode on operands of each element type (its rule accepts some,
+    rejects others), with a declared shape that matches or not."""
+    from hlo_spmd.ir.shape_inference import _BINARY
+
+    types = (PT.F32, PT.S32, PT.PRED, PT.C64, PT.U8)
+    for opcode in sorted(ELEMENTWISE):
+        n = 2 if opcode in _BINARY else 1
+        for et in types:
+            x = array_shape(et, (4, 2))
+            yield opcode, [x] * n, x
+        yield opcode, [array_shape(PT.F32, (4, 2)), array_shape(PT.F32, (2, 4))][:n], None
+
+
+def test_elementwise_rules_read_no_attribute_callee_or_declared_shape():
+    for opcode, shapes, declared in _elementwise_cases():
+        proxy = _OnlyFields(hlo_pb2.HloInstructionProto(), ())
+        try:
+            want = infer_shape(opcode, shapes, hlo_pb2.HloInstructionProto(), (), declared)
+        except VerifierError as e:
+            with pytest.raises(VerifierError) as got:
+                infer_shape(opcode, shapes, proxy, (), None)
+            assert got.value.message == e.message
+            continue
+        assert infer_shape(opcode, shapes, proxy, (), None) == want, opcode
+
+
+def test_the_elementwise_memo_gives_the_rules_results_and_failures():
+    memo = InferenceMemo()
+    for _ in range(2):  # the second round answers from the memo (or fails again)
+        for opcode, shapes, declared in _elementwise_cases():
+            attrs = hlo_pb2.HloInstructionProto()
+            try:
+                want = infer_shape(opcode, shapes, attrs, (), declared)
+            except VerifierError as e:
+                with pytest.raises(VerifierError) as got:
+                    memo.infer(opcode, shapes, attrs, (), declared, lambda: "here")
+                assert got.value.message == e.message and got.value.where == "here"
+                continue
+            assert memo.infer(opcode, shapes, attrs, (), declared, "here") == want, opcode

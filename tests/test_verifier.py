@@ -181,6 +181,31 @@ def test_parameter_number_twice():
     _fails(module, "parameter number 0 is used twice")
 
 
+def test_a_negative_parameter_number_is_the_rules_error():
+    module, _, refs = _valid()
+    refs["y"].attrs.parameter_number = -1
+    e = _fails(module, "parameter: negative parameter number -1")
+    assert "instruction " + refs["y"].name in str(e)
+
+
+def test_a_parameter_with_an_operand_is_an_error():
+    module, _, refs = _valid()
+    refs["y"].operands = [refs["x"]]
+    e = _fails(module, r"parameter takes 0 operand\(s\), has 1")
+    assert "instruction " + refs["y"].name in str(e)
+
+
+def test_a_valid_parameter_is_still_checked_without_its_rule():
+    from hlo_spmd.ir.shape_inference import infer_shape, parameter_is_valid
+
+    module, _, refs = _valid()
+    p = refs["y"]
+    assert parameter_is_valid(0, p.attrs.parameter_number)
+    assert infer_shape("parameter", [], p.attrs, (), p.shape) is p.shape  # what it skips
+    p.attrs.parameter_number = -2
+    assert not parameter_is_valid(0, -2) and not parameter_is_valid(1, 0)
+
+
 # -- opcodes and arity ------------------------------------------------------------------------------------
 def test_unknown_opcode():
     module, _, refs = _valid()

@@ -57,7 +57,7 @@ class PartitionResult(Record):
     __match_args__ = ("module", "num_partitions", "report", "warnings")
     __slots__ = __match_args__
 
-    def __init__(self, module: Module, num_partitions: int, report: dict,
+    def __init__(self, module: Module, num_partitions: int, report: dict | None,
                  warnings: list[str] | None = None) -> None:
         self.module = module
         self.num_partitions = num_partitions
@@ -112,12 +112,14 @@ def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
 
 def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any = None,
                     shard: Mapping[str, Any] | Sequence[str] | None = None, *,
-                    complete: bool = False, options: Any = None) -> PartitionResult:
-    """:func:`partition` on a module the caller gives up (it is rewritten: no copy)."""
+                    complete: bool = False, options: Any = None,
+                    report: bool = True) -> PartitionResult:
+    """:func:`partition` on a module the caller gives up (it is rewritten: no copy).
+    ``report=False``: no report is built (``report`` is None, ``warnings`` empty), for a
+    caller that reads neither (the command line with ``-q`` and no ``--report``)."""
     import math
 
     from hlo_spmd.passes.partition import partition as run_partition
-    from hlo_spmd.report import build_report
 
     annotate(module, mesh, shard)
     if num_partitions is None and mesh is not None:
@@ -125,11 +127,15 @@ def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any
 
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
     result = run_partition(module, num_partitions, complete=complete, options=options)
-    report = build_report(result.module, result.report.causes, result.num_partitions,
-                          module, result.report.replicated_fallbacks,
-                          result.report.unknown_custom_calls)
-    warnings = [r["message"] for r in report["full_rematerializations"]]
-    return PartitionResult(result.module, result.num_partitions, report, warnings)
+    if not report:
+        return PartitionResult(result.module, result.num_partitions, None, [])
+    from hlo_spmd.report import build_report
+
+    built = build_report(result.module, result.report.causes, result.num_partitions,
+                         module, result.report.replicated_fallbacks,
+                         result.report.unknown_custom_calls)
+    warnings = [r["message"] for r in built["full_rematerializations"]]
+    return PartitionResult(result.module, result.num_partitions, built, warnings)
 
 
 __all__ = ["load", "partition", "partition_owned", "annotate", "copy_module", "PartitionResult"]

@@ -120,6 +120,12 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
     # One Shape / HloSharding per distinct proto (serialized bytes) of this load.
     shapes: dict[bytes, Shape] = {}
     shardings: dict[bytes, Any] = {}
+    # The message methods as plain functions (upb's, one for every message type): a call
+    # through ``imsg.ClearField`` makes a bound method object each time (about a third
+    # of the call, ~8 calls an instruction).
+    msg_type = hlo_pb2.HloInstructionProto
+    clear, has_field, serialize = msg_type.ClearField, msg_type.HasField, msg_type.SerializeToString
+    new_instruction = object.__new__
     for cmsg in msg.computations:
         comp = Computation(cmsg.name)
         comp.id = cmsg.id
@@ -136,7 +142,8 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
 
         local: dict[int, Instruction] = {}
         operand = local.__getitem__
-        append = comp.instructions.append
+        insts = comp.instructions
+        append = insts.append
         for imsg in cmsg.instructions:
             if consume:
                 attrs_i = imsg  # owned fields are cleared below, once read
@@ -145,17 +152,22 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
                 attrs_i.CopyFrom(imsg)
                 clear_owned(attrs_i)
             smsg = imsg.shape
-            key = smsg.SerializeToString()
+            key = serialize(smsg)
             shape = shapes.get(key)
             if shape is None:
                 shape = shapes[key] = _shape_from_proto(smsg, shapes)
-            inst = Instruction(imsg.opcode, shape, (), imsg.name, attrs_i)
+            # Every slot set here, as Instruction.__init__ would (without its call and
+            # its copies of the empty operand and callee lists: set below).
+            inst = new_instruction(Instruction)
+            inst.name = imsg.name
+            inst.opcode = imsg.opcode
+            inst.shape = shape
+            inst.attrs = attrs_i
             inst.id = iid = imsg.id
             inst.parent = comp
-            has_sharding = imsg.HasField("sharding")
-            if has_sharding:
+            if has_field(imsg, "sharding"):
                 smsg = imsg.sharding
-                key = smsg.SerializeToString()
+                key = serialize(smsg)
                 sharding = shardings.get(key)
                 if sharding is None:
                     sharding = shardings[key] = sharding_from_proto(
@@ -163,16 +175,31 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
                 inst.sharding = sharding
                 # A cleared field's message stays valid (detached) in the kept reference.
                 inst.source_sharding = (sharding, smsg)
+                if consume:
+                    clear(imsg, "sharding")
+            else:
+                inst.sharding = None
+                inst.source_sharding = None
             if iid in local:
                 raise InputError(f"duplicate instruction id {iid}", _where(source, cmsg, imsg))
             local[iid] = inst
-            controls = imsg.control_predecessor_ids
             try:
                 # ``[:]`` copies a repeated field to a list in one call; iterating the
                 # field itself goes through the container element by element.
-                inst.operands = list(map(operand, imsg.operand_ids[:]))
+                ids = imsg.operand_ids
+                if ids:
+                    inst.operands = list(map(operand, ids[:]))
+                    if consume:
+                        clear(imsg, "operand_ids")
+                else:
+                    inst.operands = []
+                controls = imsg.control_predecessor_ids
                 if controls:
                     inst.control_predecessors = list(map(operand, controls[:]))
+                    if consume:
+                        clear(imsg, "control_predecessor_ids")
+                else:
+                    inst.control_predecessors = []
             except KeyError as e:
                 raise InputError(f"operand id {e.args[0]} is not defined before use",
                                  _where(source, cmsg, imsg)) from None
@@ -180,24 +207,19 @@ def module_from_proto(msg: hlo_pb2.HloModuleProto, source: str = "<proto>",
             called = imsg.called_computation_ids
             if called:
                 pending.append((inst, list(called)))
+                if consume:
+                    clear(imsg, "called_computation_ids")
+            inst.called_computations = []
             if consume:
-                # The owned fields (OWNED_FIELDS), cleared only where set: each call counts
-                # at 100k instructions.
-                imsg.ClearField("name")
-                imsg.ClearField("opcode")
-                imsg.ClearField("shape")
-                imsg.ClearField("id")
-                if inst.operands:
-                    imsg.ClearField("operand_ids")
-                if called:
-                    imsg.ClearField("called_computation_ids")
-                if controls:
-                    imsg.ClearField("control_predecessor_ids")
-                if has_sharding:
-                    imsg.ClearField("sharding")
+                # The other owned fields (OWNED_FIELDS), cleared only where set (above):
+                # each call counts at 100k instructions.
+                clear(imsg, "name")
+                clear(imsg, "opcode")
+                clear(imsg, "shape")
+                clear(imsg, "id")
         if local:
             module.note_instruction_id(max(local))
-            module.reserve_names(inst.name for inst in comp.instructions)
+            module.reserve_names([inst.name for inst in insts])
         if cmsg.root_id not in local:
             if not cmsg.instructions:
                 raise InputError("computation has no instructions", f"{source}: computation {cmsg.name}")
@@ -238,11 +260,23 @@ class _ShapeProtos:
     protos, which equality ignores, so tuples are built each time). Looked up by object
     first (shapes are shared), then by value; the objects are held meanwhile."""
 
-    __slots__ = ("_by_id", "_by_value")
+    __slots__ = ("_by_id", "_by_value", "_fields")
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Shape, xla_data_pb2.ShapeProto]] = {}
         self._by_value: dict[Shape, xla_data_pb2.ShapeProto] = {}
+        self._fields: dict[int, tuple[Shape, bytes]] = {}
+
+    def shape_field(self, shape: Shape) -> bytes:
+        """An HloInstructionProto holding only ``shape`` (``get``'s proto), serialized:
+        merged into an instruction without a shape, it sets the shape as a copy of the
+        proto would, in one call (no sub-message object made for the field)."""
+        got = self._fields.get(id(shape))
+        if got is None:
+            holder = hlo_pb2.HloInstructionProto()
+            holder.shape.CopyFrom(self.get(shape))
+            got = self._fields[id(shape)] = (shape, holder.SerializeToString())
+        return got[1]
 
     def get(self, shape: Shape) -> xla_data_pb2.ShapeProto:
         if shape.source_proto is not None:
@@ -277,29 +311,43 @@ def instruction_to_proto(inst: Instruction, p: hlo_pb2.HloInstructionProto | Non
     (one per save) builds each distinct new array shape once."""
     if p is None:
         p = hlo_pb2.HloInstructionProto()
-    p.CopyFrom(inst.attrs)
-    p.name = inst.name
-    p.opcode = inst.opcode
-    shape = inst.shape
-    if shape_protos is not None:
-        p.shape.CopyFrom(shape_protos.get(shape))
-    elif shape.source_proto is not None:
-        p.shape.CopyFrom(shape.source_proto)
-    else:
-        p.shape.CopyFrom(shape_to_proto(shape))
-    p.id = inst.id
-    if inst.operands:
-        p.operand_ids.extend([o.id for o in inst.operands])
-    if inst.control_predecessors:
-        p.control_predecessor_ids.extend([o.id for o in inst.control_predecessors])
-    if inst.called_computations:
-        p.called_computation_ids.extend([c.id for c in inst.called_computations])
-    if inst.sharding is not None:
-        if inst.source_sharding is not None and inst.source_sharding[0] is inst.sharding:
-            p.sharding.CopyFrom(inst.source_sharding[1])
-        else:
-            p.sharding.CopyFrom(sharding_to_proto(inst.sharding))
+    _write_instructions(lambda: p, (inst,),
+                        shape_protos if shape_protos is not None else _ShapeProtos())
     return p
+
+
+# upb's message and repeated-field methods as plain functions (one for every message
+# type): called through an instance, each call makes a bound method object first.
+_copy_from = hlo_pb2.HloInstructionProto.CopyFrom
+_merge_from_string = hlo_pb2.HloInstructionProto.MergeFromString
+_extend_ids = type(hlo_pb2.HloInstructionProto().operand_ids).extend
+
+
+def _write_instructions(new_message: Any, instructions: Any, shape_protos: _ShapeProtos) -> None:
+    """Write each of ``instructions`` into the empty message ``new_message()`` returns
+    (e.g. a computation's ``instructions.add``): its attrs, then the fields it owns."""
+    copy_from, merge, extend = _copy_from, _merge_from_string, _extend_ids
+    shape_field = shape_protos.shape_field
+    for inst in instructions:
+        p = new_message()
+        copy_from(p, inst.attrs)
+        p.name = inst.name
+        p.opcode = inst.opcode
+        merge(p, shape_field(inst.shape))
+        p.id = inst.id
+        if inst.operands:
+            extend(p.operand_ids, [o.id for o in inst.operands])
+        if inst.control_predecessors:
+            extend(p.control_predecessor_ids, [o.id for o in inst.control_predecessors])
+        if inst.called_computations:
+            extend(p.called_computation_ids, [c.id for c in inst.called_computations])
+        sharding = inst.sharding
+        if sharding is not None:
+            source = inst.source_sharding
+            if source is not None and source[0] is sharding:
+                copy_from(p.sharding, source[1])
+            else:
+                copy_from(p.sharding, sharding_to_proto(sharding))
 
 
 def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
@@ -321,9 +369,7 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         c.root_id = comp.root.id
         c.is_fusion_computation = comp.is_fusion_computation
         c.execution_thread = comp.execution_thread
-        add = c.instructions.add
-        for inst in comp.instructions:
-            instruction_to_proto(inst, add(), shape_protos)
+        _write_instructions(c.instructions.add, comp.instructions, shape_protos)
         _update_program_shape(c.program_shape, _program_shape(comp, shape_protos),
                               c.HasField("program_shape"), shapes)
     _update_program_shape(out.host_program_shape, _program_shape(module.entry, shape_protos),

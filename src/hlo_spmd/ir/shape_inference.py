@@ -1546,9 +1546,16 @@ def _check_custom_call(c: _Ctx, d: Shape) -> None:
                          f"result {_str(d)}")
 
 
+def parameter_is_valid(n_operands: int, number: int) -> bool:
+    """All the parameter rule checks (it returns the declared shape): no operands and a
+    non-negative parameter number. The verifier asks this instead of running the rule;
+    the rule raises the error."""
+    return n_operands == 0 and number >= 0
+
+
 def _check_parameter(c: _Ctx, d: Shape) -> None:
     c.count(0)
-    if c.attrs.parameter_number < 0:
+    if not parameter_is_valid(0, c.attrs.parameter_number):
         raise c.fail(f"negative parameter number {c.attrs.parameter_number}")
 
 
@@ -1702,8 +1709,8 @@ def infer_shape(opcode: str, operand_shapes: Sequence[Shape],
 #: pure function of the operand shapes, the declared shape, the called computations'
 #: signatures and these fields, so instructions that agree on all of them infer the same
 #: shape (a module repeats a few dozen such keys over thousands of instructions). Listed:
-#: the rules that cost several times a memo lookup (elementwise rules cost about as
-#: much as the key, so they are not). ``tests/test_shape_inference_memo.py`` runs each
+#: the rules that cost several times a memo lookup (the elementwise opcodes, below, have
+#: a cheaper key of their own). ``tests/test_shape_inference_memo.py`` runs each
 #: listed rule on the fixtures through an attrs proxy that fails on any other field:
 #: keep an entry in step with its rule.
 RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -1714,6 +1721,13 @@ RULE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "dynamic-slice": ("dynamic_slice_sizes",),
     "dot": ("dot_dimension_numbers",),
 }
+#: The elementwise opcodes: one rule each for unary and binary ops, reading the opcode and
+#: the operand shapes only (no attribute, no callee, not the declared shape;
+#: ``tests/test_shape_inference_memo.py`` runs them through the same proxy). The most
+#: common instructions of a model, remembered by the cheapest key.
+ELEMENTWISE = frozenset(_UNARY) | frozenset(_BINARY)
+# Opcodes whose memo key is the opcode and the shape objects alone.
+_SHAPES_ONLY = ELEMENTWISE | frozenset(op for op, names in RULE_ATTRIBUTES.items() if not names)
 
 _FIELDS = hlo_pb2.HloInstructionProto.DESCRIPTOR.fields_by_name
 
@@ -1771,12 +1785,22 @@ class InferenceMemo:
               declared: Shape | None, where: str | Callable[[], str] | None) -> Shape:
         """As ``infer_shape``; ``where`` may be a function making the text (only asked
         when an inference runs)."""
+        if opcode in _SHAPES_ONLY and not called:
+            # (a tuple of ints after the opcode: never equal to a key made below)
+            key = (opcode, id(declared), *map(id, operand_shapes))
+            got = self._results.get(key)
+            if got is None:
+                shape = infer_shape(opcode, operand_shapes, _EMPTY_ATTRS, (), declared, where)
+                got = self._results[key] = (shape, declared, tuple(operand_shapes))
+            return got[0]
         readers = _READERS.get(opcode)
         if readers is None:
             return infer_shape(opcode, operand_shapes, attrs, called, declared, where)
+        # (most listed rules read one field: no comprehension for it)
         key = (opcode, id(declared), tuple(map(id, operand_shapes)),
                tuple(map(self._signature, called)) if called else (),
-               tuple([r(attrs) for r in readers]) if readers else ())
+               (readers[0](attrs),) if len(readers) == 1
+               else tuple([r(attrs) for r in readers]) if readers else ())
         got = self._results.get(key)
         if got is None:
             shape = infer_shape(opcode, operand_shapes,

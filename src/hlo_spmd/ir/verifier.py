@@ -33,6 +33,7 @@ from hlo_spmd.ir.shape_inference import (
     CALLED_COUNT,
     KNOWN_OPCODES,
     InferenceMemo,
+    parameter_is_valid,
 )
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class _ModuleState:
         check_shardings = self.check_shardings
         shardings_ok = self.shardings_ok
         known, arities = KNOWN_OPCODES, ARITY
+        valid_parameter = parameter_is_valid
         # One function naming the place, made once: asked (only on a failure) while
         # ``inst`` is the instruction being checked.
         where = lambda: _where(comp, inst)  # noqa: E731
@@ -212,7 +214,9 @@ class _ModuleState:
             if id(shape) not in shapes_ok:
                 _check_shape_value(shape, comp, inst)
                 shapes_ok[id(shape)] = shape
-            if check_shapes:
+            # A valid parameter's inferred shape is its declared one (the rule would only
+            # return it): the rule runs when it would fail, and raises its error.
+            if check_shapes and (opcode != "parameter" or not valid_parameter(len(operands), n)):
                 try:
                     inferred = infer(opcode, [o.shape for o in operands], inst.attrs, called,
                                      shape, where)
