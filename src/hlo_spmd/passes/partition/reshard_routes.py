@@ -1083,10 +1083,50 @@ def _chosen_plan(dims: tuple[int, ...], itemsize: float, src: HloSharding,
         return None
     if a.same_as(b):
         return Plan([], name="nothing", layouts=[a])
+    if _replicated_route_wins(a, b, dims, itemsize):
+        return None
     best, fallback = plan_reshard(a, b, dims, itemsize)
     if best is None or best.key() >= fallback.key():
         return None
     return best
+
+
+class _Tiles:
+    """The tile counts of a layout without its device table: all a gather's cost reads."""
+
+    def __init__(self, tiles: tuple[int, ...]) -> None:
+        self.tiles = tiles
+
+
+def _replicated_route_wins(src: Layout, dst: Layout, dims: tuple[int, ...],
+                           itemsize: float) -> bool:
+    """Whether ``_chosen_plan`` would answer None for two different layouts, decided from
+    their tile counts alone, in the two cases where that is exact; False otherwise (then
+    the search decides). The search is O(devices) numpy work per step it tries, and about
+    half of a model's distinct reshards are from or to a replicated value.
+
+    * From replicated (``src`` untiled): the through-replicated plan is one slice, cost 0,
+      no collective, one step; every other plan has at least one step and costs >= 0,
+      so none is strictly cheaper in ``Plan.key``.
+    * To replicated (``dst`` untiled): every spec plan_reshard builds is the same one
+      (nothing to pre-slice or move: dst lacks no factor), which gathers each tiled dim
+      whole in dim order and lands on dst without a permute; it has the through-replicated
+      plan's steps and collectives, so it wins only if it is cheaper. Its cost is summed
+      here exactly as ``simulate`` sums it (AllGather.cost reads only the tile counts).
+    """
+    if all(t == 1 for t in src.tiles):
+        return True
+    if any(t != 1 for t in dst.tiles):
+        return False
+    from hlo_spmd.passes.partition.reshard import replicate_cost
+
+    tiles = list(src.tiles)
+    total = 0.0
+    for k in range(len(tiles)):
+        if tiles[k] > 1:
+            total += AllGather(k, tiles[k]).cost(_Tiles(tuple(tiles)), dims, itemsize)
+            tiles[k] = 1
+    return total >= replicate_cost(dims, itemsize, src.tiles)
 
 
 def route(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue | None:
