@@ -375,8 +375,7 @@ class Slice(Step):
             need, zero, uniform = self._emit_form(lay, dims, off, lx, ly)
             sizes = tuple(int(v) for v in ly)
             lo = [int(v) for v in off[0]] if uniform else None
-            columns = None if uniform else [np.ascontiguousarray(off[:, k])
-                                            for k in range(len(dims))]
+            columns = None if uniform else [_frozen_copy(off[:, k]) for k in range(len(dims))]
             got = self._emits[key] = (lay, list(need), zero, sizes, lo, columns)
         _, need, zero, sizes, lo, columns = got
         x = pad_to(ctx, x, need)
@@ -386,6 +385,14 @@ class Slice(Step):
             return ctx.b.slice(x, lo, [a + b for a, b in zip(lo, sizes)])
         starts = [ctx.logical_table(c) for c in columns]
         return ctx.b.dynamic_slice(x, starts, list(sizes))
+
+
+def _frozen_copy(a: np.ndarray) -> np.ndarray:
+    """A read-only contiguous copy: a table every emission of a slice looks up, which the
+    factory's memo then knows by identity."""
+    out = np.array(a, dtype=a.dtype, copy=True, order="C")
+    out.flags.writeable = False
+    return out
 
 
 class AllGather(Step):
