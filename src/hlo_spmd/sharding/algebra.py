@@ -541,14 +541,26 @@ def sharding_from_tile_indices(devices: np.ndarray, data_index: np.ndarray,
     groups must have equal size or None is returned.  Groups are listed in
     ascending device order, XLA's canonical order.
     """
+    tiles = tuple(int(t) for t in data_tiles)
+    n_tiles = math.prod(tiles) * manual_size
+    if n_tiles == 0 or np.asarray(devices).size % n_tiles:
+        return None
+    columns = tuple(np.asarray(data_index, np.int64).T) if tiles else ()
+    return _sharding_from_tile_columns(devices, columns, tiles, manual_index, manual_size,
+                                       metadata)
+
+
+def _sharding_from_tile_columns(devices: np.ndarray, columns: Sequence[np.ndarray],
+                                tiles: tuple[int, ...], manual_index: np.ndarray | None,
+                                manual_size: int, metadata: Sequence[OpMetadata]
+                                ) -> HloSharding | None:
+    """sharding_from_tile_indices with the data index given as one array per data dim."""
     devices = np.asarray(devices, dtype=np.int64)
     n = devices.size
-    tiles = tuple(int(t) for t in data_tiles)
     n_tiles = math.prod(tiles) * manual_size
     if n_tiles == 0 or n % n_tiles:
         return None
-    key = np.ravel_multi_index(tuple(np.asarray(data_index, np.int64).T), tiles) \
-        if tiles else np.zeros(n, np.int64)
+    key = np.ravel_multi_index(tuple(columns), tiles) if tiles else np.zeros(n, np.int64)
     if manual_index is not None and manual_size > 1:
         key = key * manual_size + np.asarray(manual_index, np.int64)
     reps = n // n_tiles
@@ -686,17 +698,24 @@ def merge_compatible(a: HloSharding, b: HloSharding,
             return None  # different device sets
         devs = np.nonzero(pa)[0]
         ca, cb = ia[devs], ib[devs]
-    both = (da > 1) & (db > 1)
-    if np.any((ca[:, :ra] != cb[:, :ra])[:, both]):
-        return None
-    data_index = np.where(da > 1, ca[:, :ra], cb[:, :ra])
+    # Dim by dim on [devices] columns (numpy broadcasts [devices, rank] masks several
+    # times slower than it compares rank columns).
+    ta_dims, tb_dims = ta.dims, tb.dims
+    columns = []
+    for k in range(ra):
+        if ta_dims[k] > 1:
+            if tb_dims[k] > 1 and not np.array_equal(ca[:, k], cb[:, k]):
+                return None
+            columns.append(ca[:, k])
+        else:
+            columns.append(cb[:, k])
     manual_index = None
     if ma is not None and mb is not None:
         if not np.array_equal(ca[:, ma], cb[:, mb]):
             return None
         manual_index = ca[:, ma]
-    return sharding_from_tile_indices(devs, data_index, merged_tiles.tolist(), manual_index,
-                                      manual_size, _merged_md(b, a))
+    return _sharding_from_tile_columns(devs, columns, tuple(int(t) for t in merged_tiles),
+                                       manual_index, manual_size, _merged_md(b, a))
 
 
 def _merged_md(dst: HloSharding, src: HloSharding) -> tuple[OpMetadata, ...]:
