@@ -56,3 +56,25 @@ def test_duplicate_and_negative_devices_are_named(n):
     far = ids.copy()
     far[0] = 10 * n   # outside the bincount range: the general path
     HloSharding.tile(far.reshape(2, -1))
+
+
+def test_grouping_memos_keep_each_callers_metadata():
+    from hlo_spmd.sharding import parse_sharding
+    from hlo_spmd.sharding.grouping import group_by_dims, ungroup
+    from hlo_spmd.sharding.metadata import OpMetadata
+
+    s = parse_sharding("{devices=[4,2,2]<=[16] last_tile_dim_replicate}")
+    a = s.with_metadata([OpMetadata(op_name="a")])
+    b = s.with_metadata([OpMetadata(op_name="b")])
+    ga, gb = group_by_dims(a, [0]), group_by_dims(b, [0])
+    assert ga.sharding.metadata == (OpMetadata(op_name="a"),)
+    assert gb.sharding.metadata == (OpMetadata(op_name="b"),)
+    assert ungroup(ga) == s and ungroup(ga).metadata == (OpMetadata(op_name="a"),)
+    assert ungroup(gb).metadata == (OpMetadata(op_name="b"),)
+    # An equal grouping built anew (another array object) gives the same answer.
+    again = ga.with_sharding(ga.sharding)
+    object.__setattr__(again, "device_groups", ga.device_groups.copy())
+    assert ungroup(again) == ungroup(ga)
+    other = ga.with_sharding(ga.sharding)
+    object.__setattr__(other, "device_groups", ga.device_groups[::-1].copy())
+    assert ungroup(other) != ungroup(ga)
