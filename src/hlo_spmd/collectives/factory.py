@@ -17,6 +17,7 @@ from hlo_spmd.ir.builder import Builder, IotaGroups
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.grouping import iota_replica_groups
 
 # Collective statistics are read off the output module; nothing is counted here.
@@ -33,12 +34,12 @@ def replica_groups_for(physical: np.ndarray) -> IotaGroups | np.ndarray:
 # Replica groups per distinct (device grouping, logical groups): a training step asks for
 # the same few groups thousands of times, and finding the iota form is O(devices) numpy
 # work per call. Pure in the two arrays; explicit results are made read-only.
-_GROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
+_GROUPS = BoundedMemo(1024)
 
 
 def _groups_memo(grouping: DeviceGrouping, logical_groups: np.ndarray) -> IotaGroups | np.ndarray:
     lg = np.asarray(logical_groups, dtype=np.int64)
-    key = (grouping.key, lg.shape, lg.tobytes())
+    key = (grouping.key, array_token(lg))
     hit = _GROUPS.get(key)
     if hit is None:
         hit = replica_groups_for(grouping.physical(lg))
@@ -147,7 +148,7 @@ class CollectiveFactory:
         lv = np.asarray(logical_values)
         # Handlers ask for the same few tables in every layer: the physical table and its
         # facts once per distinct (grouping, logical table).
-        key = (self.grouping.key, lv.dtype.str, lv.shape, lv.tobytes())
+        key = (self.grouping.key, array_token(lv))
         facts = _PHYSICAL_TABLES.get(key)
         if facts is None:
             facts = _PHYSICAL_TABLES.put(key, _table_facts(self.grouping.expand_table(lv)))

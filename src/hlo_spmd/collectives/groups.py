@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.array_key import array_token
 
 
 class DeviceGrouping:
@@ -24,12 +25,10 @@ class DeviceGrouping:
 
     @property
     def key(self) -> tuple:
-        """The grouping as a hashable value (shape and bytes of ``groups``). Made once per
-        grouping: memos on the partition path key on it for every instruction, and at
-        2048 devices building and hashing a fresh 16 KB bytes object costs ~5 us a time
-        (the same bytes object hashes once and compares by identity)."""
+        """The grouping as a hashable value (the array_token of ``groups``). Made once per
+        grouping: memos on the partition path key on it for every instruction."""
         if self._key is None:
-            self._key = (self.groups.shape, self.groups.tobytes())
+            self._key = array_token(self.groups)
         return self._key
 
     @staticmethod
@@ -86,7 +85,7 @@ class DeviceGrouping:
         recursive handler runs in. One grouping per distinct pair of arrays (every layer
         of a model recurses into the same groups); its array is read-only."""
         inner = np.asarray(inner_groups, dtype=np.int64)
-        key = (self.key, inner.shape, inner.tobytes())
+        key = (self.key, array_token(inner))
         hit = _SUBGROUPS.get(key)
         if hit is None:
             arr = self.physical(inner)
@@ -95,4 +94,4 @@ class DeviceGrouping:
         return hit
 
 
-_SUBGROUPS = BoundedMemo(1024)  # keys hold O(devices) bytes
+_SUBGROUPS = BoundedMemo(1024)

@@ -541,25 +541,59 @@ def sharding_from_tile_indices(devices: np.ndarray, data_index: np.ndarray,
     groups must have equal size or None is returned.  Groups are listed in
     ascending device order, XLA's canonical order.
     """
+    tiles = tuple(int(t) for t in data_tiles)
+    n_tiles = math.prod(tiles) * manual_size
+    if n_tiles == 0 or np.asarray(devices).size % n_tiles:
+        return None
+    columns = tuple(np.asarray(data_index, np.int64).T) if tiles else ()
+    return _sharding_from_tile_columns(devices, columns, tiles, manual_index, manual_size,
+                                       metadata)
+
+
+def _sharding_from_tile_columns(devices: np.ndarray, columns: Sequence[np.ndarray],
+                                tiles: tuple[int, ...], manual_index: np.ndarray | None,
+                                manual_size: int, metadata: Sequence[OpMetadata]
+                                ) -> HloSharding | None:
+    """sharding_from_tile_indices with the data index given as one array per data dim."""
     devices = np.asarray(devices, dtype=np.int64)
     n = devices.size
-    tiles = tuple(int(t) for t in data_tiles)
     n_tiles = math.prod(tiles) * manual_size
     if n_tiles == 0 or n % n_tiles:
         return None
-    key = np.ravel_multi_index(tuple(np.asarray(data_index, np.int64).T), tiles) \
-        if tiles else np.zeros(n, np.int64)
+    key = np.ravel_multi_index(tuple(columns), tiles) if tiles else np.zeros(n, np.int64)
     if manual_index is not None and manual_size > 1:
         key = key * manual_size + np.asarray(manual_index, np.int64)
     reps = n // n_tiles
     counts = np.bincount(key, minlength=n_tiles)
     if counts.size != n_tiles or np.any(counts != reps):
         return None
-    order = np.lexsort((devices, key))
+    order = _order_by_key_then_device(key, devices)
     dims = list(tiles) + ([manual_size] if manual_size > 1 else []) + [reps]
     ta = TileAssignment.from_array(devices[order].reshape(dims)).compact()
     types = ([ShardingType.MANUAL] if manual_size > 1 else []) + [ShardingType.REPLICATED]
     return compact(HloSharding._subgroup_impl(ta, tuple(types), tuple(metadata)))
+
+
+# Below this many devices numpy's fixed cost per call outweighs what a cheaper algorithm
+# saves: the plain one is kept there.
+_LARGE = 256
+
+
+def _order_by_key_then_device(key: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    """``np.lexsort((devices, key))``. When every (key, device) pair is distinct and both are
+    small non-negative ints (always so for a sharding's device ids), one unstable argsort
+    of ``key * span + device`` gives the same order: lexsort's stable merge sort of int64
+    was most of this function's cost at 2048 devices."""
+    n = devices.size
+    if n >= _LARGE and devices.dtype.kind == "i" and key.dtype.kind == "i":
+        lo, hi = int(devices.min()), int(devices.max())
+        if lo >= 0 and hi < (1 << 31) and int(key.max()) < (1 << 31) and int(key.min()) >= 0:
+            combined = key * (hi + 1) + devices
+            order = np.argsort(combined)
+            s = combined[order]
+            if not np.any(s[1:] == s[:-1]):  # no ties, so stability does not matter
+                return order
+    return np.lexsort((devices, key))
 
 
 def _indices_by_device(s: HloSharding, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -664,17 +698,24 @@ def merge_compatible(a: HloSharding, b: HloSharding,
             return None  # different device sets
         devs = np.nonzero(pa)[0]
         ca, cb = ia[devs], ib[devs]
-    both = (da > 1) & (db > 1)
-    if np.any((ca[:, :ra] != cb[:, :ra])[:, both]):
-        return None
-    data_index = np.where(da > 1, ca[:, :ra], cb[:, :ra])
+    # Dim by dim on [devices] columns (numpy broadcasts [devices, rank] masks several
+    # times slower than it compares rank columns).
+    ta_dims, tb_dims = ta.dims, tb.dims
+    columns = []
+    for k in range(ra):
+        if ta_dims[k] > 1:
+            if tb_dims[k] > 1 and not np.array_equal(ca[:, k], cb[:, k]):
+                return None
+            columns.append(ca[:, k])
+        else:
+            columns.append(cb[:, k])
     manual_index = None
     if ma is not None and mb is not None:
         if not np.array_equal(ca[:, ma], cb[:, mb]):
             return None
         manual_index = ca[:, ma]
-    return sharding_from_tile_indices(devs, data_index, merged_tiles.tolist(), manual_index,
-                                      manual_size, _merged_md(b, a))
+    return _sharding_from_tile_columns(devs, columns, tuple(int(t) for t in merged_tiles),
+                                       manual_index, manual_size, _merged_md(b, a))
 
 
 def _merged_md(dst: HloSharding, src: HloSharding) -> tuple[OpMetadata, ...]:

@@ -13,5 +13,11 @@ import numpy as np
 
 def all_distinct(ids: np.ndarray) -> bool:
     """True when no value occurs twice in ``ids`` (any shape)."""
-    flat = np.sort(np.asarray(ids).reshape(-1))
-    return bool(flat.size < 2 or np.all(flat[1:] != flat[:-1]))
+    flat = np.asarray(ids).reshape(-1)
+    if flat.size < 2:
+        return True
+    if flat.size >= 256 and flat.dtype.kind == "i" and int(flat.min()) >= 0 and int(flat.max()) < 4 * flat.size:
+        # Non-negative ids in a small range (device ids are): a bincount, not a sort.
+        return bool(np.bincount(flat).max() <= 1)
+    flat = np.sort(flat)
+    return bool(np.all(flat[1:] != flat[:-1]))

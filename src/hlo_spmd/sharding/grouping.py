@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from hlo_spmd.errors import ShardingError
-from hlo_spmd.sharding.algebra import compact
+from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.algebra import compact, memoised
+from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardingType
 from hlo_spmd.sharding.tile_assignment import TileAssignment, iota_form
 
@@ -63,6 +65,10 @@ class GroupedSharding:
                                self.subgroup_manual)
 
 
+# Memoised (results are immutable: a frozen record over a read-only array): a model's
+# layers group the same shardings the same way, and each grouping is O(devices) numpy
+# work; a shared device-group array is also known by identity to the memos keyed on it.
+@memoised
 def group_by_dims(sharding: HloSharding, dims: Sequence[int],
                   group_dim_shards: Sequence[int] | None = None,
                   subgroup_manual: bool = False) -> GroupedSharding:
@@ -139,6 +145,22 @@ def ungroup(grouped: GroupedSharding) -> HloSharding:
     dims past the data rank become subgroup dims (manual if
     ``subgroup_manual`` else replicated).
     """
+    # One answer per distinct grouping value (O(devices) numpy work each); the inner
+    # sharding's metadata is part of the key, as the result carries it.
+    inner = grouped.sharding
+    key = (array_token(grouped.device_groups), grouped.group_dims, grouped.group_dim_sizes,
+           grouped.data_rank, grouped.subgroup_manual, inner,
+           None if inner.is_tuple else inner.metadata)
+    hit = _UNGROUPED.get(key)
+    if hit is None:
+        hit = _UNGROUPED.put(key, _ungroup(grouped))
+    return hit
+
+
+_UNGROUPED = BoundedMemo(4096)
+
+
+def _ungroup(grouped: GroupedSharding) -> HloSharding:
     inner = grouped.sharding
     gsize = grouped.group_size
     r = grouped.data_rank

@@ -27,6 +27,7 @@ import numpy as np
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.array_key import array_token
 
 __all__ = ["TileAssignment", "canonicalize_iota", "iota_form", "iota_array"]
 
@@ -98,13 +99,13 @@ def iota_form(array: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | No
     flat = np.asarray(array, dtype=np.int64).reshape(-1)
     # The sharding algebra compacts the same few device arrays over and over (171
     # calls on 4 distinct arrays for a 2048-device training step): one answer per value.
-    key = flat.tobytes()
+    key = array_token(flat)
     if key in _IOTA_FORMS:
         return _IOTA_FORMS[key]
     return _IOTA_FORMS.put(key, _iota_form(flat))
 
 
-_IOTA_FORMS = BoundedMemo(1024)  # keys hold O(devices) bytes
+_IOTA_FORMS = BoundedMemo(1024)
 
 
 def _iota_form(flat: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | None:

@@ -44,6 +44,7 @@ from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
+from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.device_ids import all_distinct
 
 if TYPE_CHECKING:
@@ -83,8 +84,7 @@ class Layout:
         if self.tiles != other.tiles:
             return False
         if self.coords.dtype == other.coords.dtype:
-            # The memo keys are made once per layout and hold the bytes: one memcmp
-            # instead of an elementwise [devices, rank] comparison.
+            # The memo keys are made once per layout and name equal coords equally.
             return self.key == other.key
         return bool(np.array_equal(self.coords, other.coords))
 
@@ -106,9 +106,10 @@ class Layout:
 
     @cached_property
     def key(self) -> tuple:
-        """The layout as a hashable value (tiles, coords' shape, dtype and bytes)."""
-        c = self.coords
-        return (self.tiles, c.shape, c.dtype.str, c.tobytes())
+        """The layout as a small hashable value: tiles and the coords' array_token (the
+        coords' bytes were the key: 48 KB to copy and hash a layout at 2048 devices)."""
+        self.coords.flags.writeable = False  # never changed once made (see the class)
+        return (self.tiles, array_token(self.coords))
 
     def balanced(self) -> bool:
         """Every tile held by the same number of devices (a valid sharding)."""
@@ -374,8 +375,7 @@ class Slice(Step):
             need, zero, uniform = self._emit_form(lay, dims, off, lx, ly)
             sizes = tuple(int(v) for v in ly)
             lo = [int(v) for v in off[0]] if uniform else None
-            columns = None if uniform else [np.ascontiguousarray(off[:, k])
-                                            for k in range(len(dims))]
+            columns = None if uniform else [_frozen_copy(off[:, k]) for k in range(len(dims))]
             got = self._emits[key] = (lay, list(need), zero, sizes, lo, columns)
         _, need, zero, sizes, lo, columns = got
         x = pad_to(ctx, x, need)
@@ -385,6 +385,14 @@ class Slice(Step):
             return ctx.b.slice(x, lo, [a + b for a, b in zip(lo, sizes)])
         starts = [ctx.logical_table(c) for c in columns]
         return ctx.b.dynamic_slice(x, starts, list(sizes))
+
+
+def _frozen_copy(a: np.ndarray) -> np.ndarray:
+    """A read-only contiguous copy: a table every emission of a slice looks up, which the
+    factory's memo then knows by identity."""
+    out = np.array(a, dtype=a.dtype, copy=True, order="C")
+    out.flags.writeable = False
+    return out
 
 
 class AllGather(Step):
@@ -1083,10 +1091,50 @@ def _chosen_plan(dims: tuple[int, ...], itemsize: float, src: HloSharding,
         return None
     if a.same_as(b):
         return Plan([], name="nothing", layouts=[a])
+    if _replicated_route_wins(a, b, dims, itemsize):
+        return None
     best, fallback = plan_reshard(a, b, dims, itemsize)
     if best is None or best.key() >= fallback.key():
         return None
     return best
+
+
+class _Tiles:
+    """The tile counts of a layout without its device table: all a gather's cost reads."""
+
+    def __init__(self, tiles: tuple[int, ...]) -> None:
+        self.tiles = tiles
+
+
+def _replicated_route_wins(src: Layout, dst: Layout, dims: tuple[int, ...],
+                           itemsize: float) -> bool:
+    """Whether ``_chosen_plan`` would answer None for two different layouts, decided from
+    their tile counts alone, in the two cases where that is exact; False otherwise (then
+    the search decides). The search is O(devices) numpy work per step it tries, and about
+    half of a model's distinct reshards are from or to a replicated value.
+
+    * From replicated (``src`` untiled): the through-replicated plan is one slice, cost 0,
+      no collective, one step; every other plan has at least one step and costs >= 0,
+      so none is strictly cheaper in ``Plan.key``.
+    * To replicated (``dst`` untiled): every spec plan_reshard builds is the same one
+      (nothing to pre-slice or move: dst lacks no factor), which gathers each tiled dim
+      whole in dim order and lands on dst without a permute; it has the through-replicated
+      plan's steps and collectives, so it wins only if it is cheaper. Its cost is summed
+      here exactly as ``simulate`` sums it (AllGather.cost reads only the tile counts).
+    """
+    if all(t == 1 for t in src.tiles):
+        return True
+    if any(t != 1 for t in dst.tiles):
+        return False
+    from hlo_spmd.passes.partition.reshard import replicate_cost
+
+    tiles = list(src.tiles)
+    total = 0.0
+    for k in range(len(tiles)):
+        if tiles[k] > 1:
+            total += AllGather(k, tiles[k]).cost(_Tiles(tuple(tiles)), dims, itemsize)
+            tiles[k] = 1
+    return total >= replicate_cost(dims, itemsize, src.tiles)
 
 
 def route(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue | None:
