@@ -165,16 +165,3 @@ def test_skipped_inferences_change_nothing_on_random_graphs(case):
             os.environ["HLO_SPMD_CHECK_SKIPS"] = old
 
 
-def test_flagged_positions_reads_each_flag_when_the_walk_reaches_it():
-    from hlo_spmd.passes.propagation.engine import flagged_positions
-
-    bits = bytearray(b"\x01\x01\x00\x00\x01\x00\x01\x01")
-    seen = []
-    for i in flagged_positions(bits, 1, 7):   # positions 0 and 7 are outside
-        seen.append(i)
-        if i == 1:
-            bits[3] = 1    # flagged ahead of the walk: visited
-            bits[4] = 0    # cleared ahead of the walk: skipped
-            bits[0] = 1    # behind the walk: not revisited
-    assert seen == [1, 3, 6]
-    assert list(flagged_positions(bytearray(4), 0, 4)) == []

@@ -12,7 +12,7 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.errors import HloSpmdError
@@ -50,22 +50,6 @@ SPATIAL_OPCODES = frozenset({
     "collective-permute", "reduce-scatter", "reverse"})
 # Ops that own computations whose parameters and roots mirror them.
 CONTROL_FLOW = ("while", "conditional", "call")
-
-
-def flagged_positions(bits: bytearray, a: int, b: int) -> Iterator[int]:
-    """The positions in [a, b) whose flag is set, each read when the walk reaches it (the
-    walk sets and clears flags as it goes). The next position is tried before a jump:
-    ``bytearray.find`` costs about ten such steps."""
-    i = a - 1
-    while True:
-        i += 1
-        if i >= b:
-            return
-        if not bits[i]:
-            i = bits.find(1, i, b)
-            if i < 0:
-                return
-        yield i
 
 
 class Propagator:
@@ -708,7 +692,9 @@ class Propagator:
                 self.direction = "forward"
                 t0 = base + 4 * a
                 i = a - 1
-                while True:   # (``flagged_positions``, inlined: ~10^4 steps per level)
+                while True:   # (the flagged positions in [a, b), each flag read when the walk
+                    # reaches it; the next position is tried before a find, which
+                    # costs about ten such steps)
                     i += 1
                     if i >= b:
                         break

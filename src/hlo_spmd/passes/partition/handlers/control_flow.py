@@ -33,6 +33,7 @@ from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding, replicate_all_data_dims
+from hlo_spmd.sharding.array_key import array_token
 
 # out module -> {signature: partitioned computation}; lives as long as the output module.
 _COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -55,7 +56,7 @@ def partitioned_callee(ctx: PartitionContext, comp: Computation,
     from hlo_spmd.passes.partition.driver import partition_computation
 
     groups = ctx.grouping.groups
-    key = (id(comp), tuple(param_shardings), root_sharding, groups.shape, groups.tobytes())
+    key = (id(comp), tuple(param_shardings), root_sharding, array_token(groups))
     copies = _COPIES.setdefault(ctx.state.out, {})
     hit = copies.get(key)
     if hit is not None and hit[0] is comp and hit[1] in ctx.state.out.computations:

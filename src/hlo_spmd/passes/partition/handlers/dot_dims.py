@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding import (GroupedSharding, HloSharding, ShardingType, compact,
                                group_by_dims, sharding_from_tile_indices, tile_coords,
                                ungroup)
@@ -70,8 +71,7 @@ def _from_array(arr: np.ndarray) -> HloSharding:
     """Plain sharding from ``[data tiles..., replication]`` (canonicalised)."""
     if arr.ndim == 1:
         return HloSharding.replicate()
-    arr = np.ascontiguousarray(arr)
-    key = (arr.shape, arr.dtype.str, arr.tobytes())
+    key = array_token(arr)
     hit = _FROM_ARRAY.get(key)
     if hit is None:
         hit = _FROM_ARRAY.put(key, compact(HloSharding.partial_tile(arr)))
@@ -189,7 +189,7 @@ def regroup(s: HloSharding, rank: int, groups: np.ndarray, x_dims: Sequence[int]
     order), None when the tensor has none of them."""
     if not is_plain(s):
         return None
-    key = (s, rank, groups.shape, groups.dtype.str, groups.tobytes(),
+    key = (s, rank, array_token(groups),
            None if x_dims is None else tuple(x_dims), tuple(int(z) for z in sizes))
     if key in _REGROUP:
         return _REGROUP[key]

@@ -36,6 +36,7 @@ import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 from hlo_spmd.sharding import merge_compatible as _merge
@@ -327,7 +328,7 @@ class Planner:
             groups = _device_groups(ref_s, ref_dims)
             ref_tiles = data_tiles(ref_s, p.rank(ref))
             sizes = tuple(int(ref_tiles[x]) for x in ref_dims)
-            key = (kind, tuple(iters), groups.tobytes())
+            key = (kind, tuple(iters), array_token(groups))
             if key in seen or math.prod(sizes) <= 1:
                 continue
             seen.add(key)
