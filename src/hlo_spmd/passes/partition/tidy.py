@@ -53,29 +53,42 @@ def tidy_module(module: Module, num_devices: int, causes=None,
     inherit = causes.inherit if causes is not None else (lambda new, old: None)
     # Each rewrite with the opcodes it starts from: a computation holding none of them
     # (most are reducers) is skipped without building its use map.
-    rewrites = ((("all-reduce",), lambda c: _reassociate_all_reduces(c, inherit)),
-                (("transpose", "all-reduce"), lambda c: _sink_slices_through_transposes(c)),
+    # Each rewrite lists in ``touched`` the instructions whose operands it changed.
+    rewrites = ((("all-reduce",), lambda c, t: _reassociate_all_reduces(c, t, inherit)),
+                (("transpose", "all-reduce"), lambda c, t: _sink_slices_through_transposes(c, t)),
                 (("all-reduce",),
-                 lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit)),
-                (("all-gather",), lambda c: _fold_all_gather_own_slice(c, num_devices)))
+                 lambda c, t: _all_reduce_slice_to_reduce_scatter(c, num_devices, t, inherit)),
+                (("all-gather",), lambda c, t: _fold_all_gather_own_slice(c, num_devices, t)))
     for comp in list(module.computations):
         # No rewrite creates an opcode another one starts from unless it was there.
         present = {i.opcode for i in comp.instructions}
         for needs, rewrite in rewrites:
-            if all(op in present for op in needs) and rewrite(comp):
+            touched: list[Instruction] = []
+            if all(op in present for op in needs) and rewrite(comp, touched):
                 # Replaced instructions go now, so the next rewrite counts real users.
-                comp.sort_topologically()
+                comp.sort_topologically(settled=_first_touched(comp, touched))
                 comp.remove_dead()
     combine = {id(c) for c in module.computations if may_combine(c)} \
         if combine_threshold_bytes > 0 and causes is not None else set()
     largest = _largest_array_bytes(module) if combine else 0
     for comp in list(module.computations):
         if id(comp) in combine:
-            if combine_collectives(comp, combine_threshold_bytes, causes,
-                                   lambda c: computation_peak_bytes(c, c is module.entry),
-                                   largest):
-                comp.remove_dead()
+            # (it removes what it leaves dead itself; the driver left no dead code)
+            combine_collectives(comp, combine_threshold_bytes, causes,
+                                lambda c: computation_peak_bytes(c, c is module.entry),
+                                largest)
         sink_to_first_use(comp)  # last: the order the rewrites leave is final
+
+
+def _first_touched(comp: Computation, touched: list[Instruction]) -> int:
+    """The position of the first instruction a rewrite rewired. The partitioner's
+    computations are in program order (built by appending, and every rewrite ends with
+    a sort) and a rewrite only appends new instructions after their operands, so all
+    before that position still read only what precedes them: the sort keeps them."""
+    if not touched:
+        return len(comp.instructions)
+    position = dict(zip(comp.instructions, range(len(comp.instructions))))
+    return min(map(position.__getitem__, touched))
 
 
 def _largest_array_bytes(module: Module) -> int:
@@ -216,11 +229,12 @@ def _new(comp: Computation, opcode: str, operands: list[Instruction],
 
 
 def _replace(comp: Computation, old: Instruction, new: Instruction,
-             users: dict[int, list[Instruction]]) -> None:
+             users: dict[int, list[Instruction]], touched: list[Instruction]) -> None:
     """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding.
     ``users`` is the rewrite's use map (``iter_operand_users``): only ``old``'s users are
     visited, not the whole computation (a rewrite makes hundreds of replacements in a
-    10k-instruction body), and ``new`` takes them over in the map."""
+    10k-instruction body), and ``new`` takes them over in the map. The rewired users
+    are added to ``touched``."""
     if comp.root is old:
         new.sharding = old.sharding
         comp.root = new
@@ -228,13 +242,15 @@ def _replace(comp: Computation, old: Instruction, new: Instruction,
     for u in moved:
         u.replace_operand(old, new)
     if moved:
+        touched.extend(moved)
         mine = users.setdefault(id(new), [])
         seen = {id(u) for u in mine}
         mine.extend(u for u in moved if id(u) not in seen)
 
 
 # -- rewrites ------------------------------------------------------------------------------------
-def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -> bool:
+def _reassociate_all_reduces(comp: Computation, touched: list[Instruction],
+                             inherit=lambda new, old: None) -> bool:
     changed = False
     # Users are asked of all-reduces and of the binary ops that may merge two (also ones
     # that read an all-reduce this pass makes): only theirs are listed.
@@ -262,7 +278,7 @@ def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -
         merged = _new(comp, "all-reduce", [local], _collective_attrs(a, comp.module),
                       a.called_computations, like=a)
         inherit(merged, a)
-        _replace(comp, inst, merged, users)
+        _replace(comp, inst, merged, users, touched)
         users[id(local)] = [merged]
         changed = True
     return changed
@@ -285,7 +301,7 @@ def _plain_attrs(inst: Instruction) -> hlo_pb2.HloInstructionProto:
     return attrs
 
 
-def _sink_slices_through_transposes(comp: Computation) -> bool:
+def _sink_slices_through_transposes(comp: Computation, touched: list[Instruction]) -> bool:
     """``dynamic-slice(transpose(all-reduce))`` -> ``transpose(dynamic-slice(all-reduce))``
     when the transpose feeds only dynamic-slices, so the next rewrite sees the cut."""
     changed = False
@@ -316,12 +332,13 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
             tattrs = _plain_attrs(t)
             tattrs.dimensions.extend(perm)
             moved = _new(comp, "transpose", [inner], tattrs, like=t)
-            _replace(comp, ds, moved, users)
+            _replace(comp, ds, moved, users, touched)
             changed = True
     return changed
 
 
 def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
+                                        touched: list[Instruction],
                                         inherit=lambda new, old: None) -> bool:
     changed = False
     # Users are asked of all-reduces and of dynamic-slices (replaced): only theirs.
@@ -350,12 +367,13 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
         rs = _new(comp, "reduce-scatter", [ar.operands[0]], attrs, ar.called_computations)
         inherit(rs, ar)
         for ds in cuts:
-            _replace(comp, ds, rs, users)
+            _replace(comp, ds, rs, users, touched)
         changed = True
     return changed
 
 
-def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
+def _fold_all_gather_own_slice(comp: Computation, num_devices: int,
+                               touched: list[Instruction]) -> bool:
     # Only a dynamic-slice of an all-gather is folded: without one, no use map is built.
     if not any(i.opcode == "dynamic-slice" and i.operands and
                i.operands[0].opcode == "all-gather" for i in comp.instructions):
@@ -376,6 +394,6 @@ def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
         x = ag.operands[0]
         for ds in cuts:
             if _own_part_dim(ds, ag, groups, facts) == d and ds.shape == x.shape:
-                _replace(comp, ds, x, users)
+                _replace(comp, ds, x, users, touched)
                 changed = True
     return changed
