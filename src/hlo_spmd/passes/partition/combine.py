@@ -261,7 +261,19 @@ def _in_order(insts: list[Instruction], position: dict[Instruction, int],
         elif nxt < len(walk):
             k = walk[nxt]
             nxt += 1
-            dep = missing(insts[k])
+            inst = insts[k]
+            # (most are ready: their operands checked here, the call only otherwise)
+            for dep in inst.operands:
+                if dep not in done and dep in members:
+                    break
+            else:
+                if not inst.control_predecessors:
+                    out.append(inst)
+                    done.add(inst)
+                    if inst in waiting:
+                        _release(inst, waiting, missing, ready, ranks, insts)
+                    continue
+            dep = missing(inst)
             if dep is not None:
                 waiting.setdefault(dep, []).append(k)
                 continue
@@ -270,13 +282,21 @@ def _in_order(insts: list[Instruction], position: dict[Instruction, int],
         inst = insts[k]
         out.append(inst)
         done.add(inst)
-        for j in waiting.pop(inst, ()):
-            dep = missing(insts[j])
-            if dep is None:
-                heapq.heappush(ready, (ranks[j], j))
-            else:
-                waiting.setdefault(dep, []).append(j)
+        if inst in waiting:
+            _release(inst, waiting, missing, ready, ranks, insts)
     return out if len(out) == len(insts) else None
+
+
+def _release(inst: Instruction, waiting: dict, missing, ready: list, ranks: list[int],
+             insts: list[Instruction]) -> None:
+    """``inst`` is placed: who waited on it is ready (into the heap) or waits on the next
+    operand it lacks."""
+    for j in waiting.pop(inst):
+        dep = missing(insts[j])
+        if dep is None:
+            heapq.heappush(ready, (ranks[j], j))
+        else:
+            waiting.setdefault(dep, []).append(j)
 
 
 def _emit(comp: Computation, members: list[Instruction],
