@@ -67,7 +67,7 @@ def tidy_module(module: Module, num_devices: int, causes=None,
             if all(op in present for op in needs) and rewrite(comp, touched):
                 # Replaced instructions go now, so the next rewrite counts real users.
                 comp.sort_topologically(settled=_first_touched(comp, touched))
-                comp.remove_dead()
+                _remove_dead(comp, touched)
     combine = {id(c) for c in module.computations if may_combine(c)} \
         if combine_threshold_bytes > 0 and causes is not None else set()
     largest = _largest_array_bytes(module) if combine else 0
@@ -80,11 +80,33 @@ def tidy_module(module: Module, num_devices: int, causes=None,
         sink_to_first_use(comp)  # last: the order the rewrites leave is final
 
 
+class _Dead(list):
+    """What a rewrite left dead, when it knows exactly (a marker in ``touched``)."""
+
+    __slots__ = ()
+
+
+def _remove_dead(comp: Computation, touched: list) -> None:
+    """Drop what the rewrite left dead. A rewrite that knows exactly what it left dead
+    says so (a ``_Dead`` at the end of ``touched``): the computation had no dead code
+    before (the driver removes it, each rewrite after itself), so that is all of it,
+    unless a control edge keeps one of them alive (then, as otherwise, the liveness walk
+    decides)."""
+    dead = touched[-1] if touched and type(touched[-1]) is _Dead else None
+    if dead is None or any(i.control_predecessors for i in comp.instructions):
+        comp.remove_dead()
+        return
+    gone = set(dead)
+    comp.instructions = [i for i in comp.instructions if i not in gone]
+
+
 def _first_touched(comp: Computation, touched: list[Instruction]) -> int:
     """The position of the first instruction a rewrite rewired. The partitioner's
     computations are in program order (built by appending, and every rewrite ends with
     a sort) and a rewrite only appends new instructions after their operands, so all
     before that position still read only what precedes them: the sort keeps them."""
+    if touched and type(touched[-1]) is _Dead:
+        touched = touched[:-1]
     if not touched:
         return len(comp.instructions)
     position = dict(zip(comp.instructions, range(len(comp.instructions))))
@@ -257,6 +279,9 @@ def _reassociate_all_reduces(comp: Computation, touched: list[Instruction],
     users = iter_operand_users(comp.instructions, only={
         i for i in comp.instructions
         if i.opcode == "all-reduce" or (i.opcode in _ASSOCIATIVE and len(i.operands) == 2)})
+    # Exactly these die: the op (its users move) and its two all-reduces (it was their
+    # only user); what they read is read by the new op.
+    dead = _Dead()
     for inst in list(comp.instructions):
         if inst.opcode not in _ASSOCIATIVE or len(inst.operands) != 2:
             continue
@@ -280,7 +305,9 @@ def _reassociate_all_reduces(comp: Computation, touched: list[Instruction],
         inherit(merged, a)
         _replace(comp, inst, merged, users, touched)
         users[id(local)] = [merged]
+        dead.extend((inst, a, b))
         changed = True
+    touched.append(dead)
     return changed
 
 
@@ -311,6 +338,7 @@ def _sink_slices_through_transposes(comp: Computation, touched: list[Instruction
         i for i in comp.instructions
         if i.opcode == "dynamic-slice" or (i.opcode == "transpose"
                                            and i.operands[0].opcode == "all-reduce")})
+    dead = _Dead()
     for t in list(comp.instructions):
         if t.opcode != "transpose" or t.operands[0].opcode != "all-reduce":
             continue
@@ -334,6 +362,11 @@ def _sink_slices_through_transposes(comp: Computation, touched: list[Instruction
             moved = _new(comp, "transpose", [inner], tattrs, like=t)
             _replace(comp, ds, moved, users, touched)
             changed = True
+        # Exactly these die: the transpose (every user was one of these slices) and the
+        # slices; what they read is read by the new slices.
+        dead.append(t)
+        dead.extend(ds_users)
+    touched.append(dead)
     return changed
 
 
