@@ -27,6 +27,8 @@ matched by name. Runs on every computation (loop bodies and branches included).
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from hlo_spmd.ir.builder import next_channel_id
@@ -41,6 +43,7 @@ from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.stats import computation_peak_bytes
 
+_CONTROL_PREDECESSORS = attrgetter("control_predecessors")
 # Reducers whose all-reduces may be merged through an op of the same kind.
 _ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
@@ -93,7 +96,7 @@ def _remove_dead(comp: Computation, touched: list) -> None:
     unless a control edge keeps one of them alive (then, as otherwise, the liveness walk
     decides)."""
     dead = touched[-1] if touched and type(touched[-1]) is _Dead else None
-    if dead is None or any(i.control_predecessors for i in comp.instructions):
+    if dead is None or any(map(_CONTROL_PREDECESSORS, comp.instructions)):
         comp.remove_dead()
         return
     gone = set(dead)
@@ -107,10 +110,11 @@ def _first_touched(comp: Computation, touched: list[Instruction]) -> int:
     before that position still read only what precedes them: the sort keeps them."""
     if touched and type(touched[-1]) is _Dead:
         touched = touched[:-1]
-    if not touched:
-        return len(comp.instructions)
-    position = dict(zip(comp.instructions, range(len(comp.instructions))))
-    return min(map(position.__getitem__, touched))
+    wanted = set(touched)
+    for k, inst in enumerate(comp.instructions):  # (stops at the first: no table)
+        if inst in wanted:
+            return k
+    return len(comp.instructions)
 
 
 def _largest_array_bytes(module: Module) -> int:
