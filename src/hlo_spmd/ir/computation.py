@@ -102,17 +102,21 @@ class Computation:
         self.instructions = [i for i in self.instructions if i in live]
         return before - len(self.instructions)
 
-    def sort_topologically(self) -> None:
+    def sort_topologically(self, settled: int = 0) -> None:
         """Reorder so operands (and control predecessors) come before users; stable: a
         depth-first post-order from each instruction in program order, so an already
         ordered computation keeps its order. Each instruction's dependencies are walked
-        by one iterator (linear in the edges, also for ops with many operands)."""
+        by one iterator (linear in the edges, also for ops with many operands).
+
+        ``settled``: the caller knows the first ``settled`` instructions read only
+        instructions before them (e.g. a rewrite changed no operand there): the walk
+        would place each of them where it is, so it starts after them."""
         members = set(self.instructions)  # identity sets (see remove_dead)
-        order: list[Instruction] = []
-        state: set[Instruction] = set()  # on the stack or done
+        order: list[Instruction] = self.instructions[:settled]
+        state: set[Instruction] = set(order)  # on the stack or done
         append = order.append
         mark = state.add
-        for start in self.instructions:
+        for start in self.instructions[settled:] if settled else self.instructions:
             if start in state:
                 continue
             mark(start)

@@ -84,6 +84,7 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
                         peak: Callable[[Computation], int] | None = None,
                         largest_bytes: int | None = None) -> bool:
     """Combine in ``comp`` (see the module docstring); True when anything changed.
+    What combining leaves dead is removed (a computation without dead code stays so).
     ``causes``: the partitioner's CauseLog (collectives it has no note of are user code);
     ``peak``: the peak-live estimate of a computation, which combining may not raise;
     ``largest_bytes``: the program's largest array, which no combined buffer may pass."""
@@ -162,7 +163,12 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
                     saved.append((inst, inst.operands))
                     inst.operands = [reads.get(o, o) for o in inst.operands]
         kept = [i for i in base if i not in reads] + added
-        new_order = _in_order(kept, position)
+        # Everything before the first rewired reader and the first group's place reads
+        # only what precedes it, unchanged: the walk would leave those where they are.
+        first = min(min(map(position.__getitem__, rewired), default=len(base)),
+                    min(position[new[0]] for new, _ in chosen))
+        settled = first - sum(1 for m in reads if position[m] < first)
+        new_order = _in_order(kept, position, settled)
         if new_order is None:
             return saved, False
         comp.instructions = new_order
@@ -177,10 +183,19 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     # groups, and combining makes the members' results live together: keep the groups
     # that leave the program acyclic and do not raise the peak-live estimate (all of
     # them at once first, then one by one).
+    def done(chosen: list) -> bool:
+        """Dead code left by the chosen groups goes. Members have left the program and
+        their readers read the groups' results; when every member had a reader, every
+        new instruction is read (and so all of a computation that had no dead code),
+        so the liveness walk runs only when a member had none."""
+        if not all(users.get(id(m)) for _, r in chosen for m in r):
+            comp.remove_dead()
+        return True
+
     limit = peak(comp) if peak is not None else 0
     saved, ok = apply(built)
     if ok:
-        return True
+        return done(built)
     undo(saved)
     accepted: list = []
     for item in built[:MAX_TRIALS]:
@@ -191,7 +206,7 @@ def combine_collectives(comp: Computation, threshold_bytes: int, causes,
     if not accepted:
         return False
     apply(accepted)
-    return True
+    return done(accepted)
 
 
 def may_combine(comp: Computation) -> bool:
@@ -206,8 +221,8 @@ def _candidate(comp: Computation, inst: Instruction, causes) -> bool:
             and inst is not comp.root and causes.lookup(inst) is not None)
 
 
-def _in_order(insts: list[Instruction],
-              position: dict[Instruction, int]) -> list[Instruction] | None:
+def _in_order(insts: list[Instruction], position: dict[Instruction, int],
+              settled: int = 0) -> list[Instruction] | None:
     """A topological order of ``insts`` that follows ``position`` wherever the edges allow
     (Kahn's algorithm, the ready instruction of lowest (position, index) first); None
     when the edges make a cycle.
@@ -215,14 +230,17 @@ def _in_order(insts: list[Instruction],
     Walked in rank order instead of through a heap of every instruction: most are ready
     when their turn comes (the base program is in order). One that is not waits on an
     operand it lacks and enters a heap once ready; at each step the next in rank order
-    and the heap's top compete, so the pick is Kahn's."""
+    and the heap's top compete, so the pick is Kahn's. ``settled``: the caller knows the
+    first ``settled`` of ``insts`` come first in rank order and read only each other
+    (the walk would place them as they are): they are placed without being looked at."""
     members = set(insts)  # identity sets, as in combine_collectives
     # The rank (position, index) as one int, position * n + index (index < n): the same
     # order, compared and heaped as plain ints.
     n = len(insts)
     ranks = [position[i] * n + k for k, i in enumerate(insts)]
     walk = sorted(range(n), key=ranks.__getitem__)
-    done: set[Instruction] = set()
+    out: list[Instruction] = insts[:settled]
+    done: set[Instruction] = set(out)
 
     def missing(inst: Instruction) -> Instruction | None:
         """An operand (or control predecessor) of ``inst`` not placed yet."""
@@ -236,15 +254,26 @@ def _in_order(insts: list[Instruction],
 
     waiting: dict[Instruction, list[int]] = {}  # dep -> indices of instructions waiting on it
     ready: list[tuple[int, int]] = []  # (rank, index), became ready late
-    out: list[Instruction] = []
-    nxt = 0
+    nxt = settled  # (walk[:settled] is range(settled): the lowest ranks)
     while True:
         if ready and (nxt == len(walk) or ready[0][0] < ranks[walk[nxt]]):
             k = heapq.heappop(ready)[1]
         elif nxt < len(walk):
             k = walk[nxt]
             nxt += 1
-            dep = missing(insts[k])
+            inst = insts[k]
+            # (most are ready: their operands checked here, the call only otherwise)
+            for dep in inst.operands:
+                if dep not in done and dep in members:
+                    break
+            else:
+                if not inst.control_predecessors:
+                    out.append(inst)
+                    done.add(inst)
+                    if inst in waiting:
+                        _release(inst, waiting, missing, ready, ranks, insts)
+                    continue
+            dep = missing(inst)
             if dep is not None:
                 waiting.setdefault(dep, []).append(k)
                 continue
@@ -253,13 +282,21 @@ def _in_order(insts: list[Instruction],
         inst = insts[k]
         out.append(inst)
         done.add(inst)
-        for j in waiting.pop(inst, ()):
-            dep = missing(insts[j])
-            if dep is None:
-                heapq.heappush(ready, (ranks[j], j))
-            else:
-                waiting.setdefault(dep, []).append(j)
+        if inst in waiting:
+            _release(inst, waiting, missing, ready, ranks, insts)
     return out if len(out) == len(insts) else None
+
+
+def _release(inst: Instruction, waiting: dict, missing, ready: list, ranks: list[int],
+             insts: list[Instruction]) -> None:
+    """``inst`` is placed: who waited on it is ready (into the heap) or waits on the next
+    operand it lacks."""
+    for j in waiting.pop(inst):
+        dep = missing(insts[j])
+        if dep is None:
+            heapq.heappush(ready, (ranks[j], j))
+        else:
+            waiting.setdefault(dep, []).append(j)
 
 
 def _emit(comp: Computation, members: list[Instruction],

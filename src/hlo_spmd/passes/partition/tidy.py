@@ -27,6 +27,8 @@ matched by name. Runs on every computation (loop bodies and branches included).
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from hlo_spmd.ir.builder import next_channel_id
@@ -41,6 +43,7 @@ from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.stats import computation_peak_bytes
 
+_CONTROL_PREDECESSORS = attrgetter("control_predecessors")
 # Reducers whose all-reduces may be merged through an op of the same kind.
 _ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
@@ -53,29 +56,65 @@ def tidy_module(module: Module, num_devices: int, causes=None,
     inherit = causes.inherit if causes is not None else (lambda new, old: None)
     # Each rewrite with the opcodes it starts from: a computation holding none of them
     # (most are reducers) is skipped without building its use map.
-    rewrites = ((("all-reduce",), lambda c: _reassociate_all_reduces(c, inherit)),
-                (("transpose", "all-reduce"), lambda c: _sink_slices_through_transposes(c)),
+    # Each rewrite lists in ``touched`` the instructions whose operands it changed.
+    rewrites = ((("all-reduce",), lambda c, t: _reassociate_all_reduces(c, t, inherit)),
+                (("transpose", "all-reduce"), lambda c, t: _sink_slices_through_transposes(c, t)),
                 (("all-reduce",),
-                 lambda c: _all_reduce_slice_to_reduce_scatter(c, num_devices, inherit)),
-                (("all-gather",), lambda c: _fold_all_gather_own_slice(c, num_devices)))
+                 lambda c, t: _all_reduce_slice_to_reduce_scatter(c, num_devices, t, inherit)),
+                (("all-gather",), lambda c, t: _fold_all_gather_own_slice(c, num_devices, t)))
     for comp in list(module.computations):
         # No rewrite creates an opcode another one starts from unless it was there.
         present = {i.opcode for i in comp.instructions}
         for needs, rewrite in rewrites:
-            if all(op in present for op in needs) and rewrite(comp):
+            touched: list[Instruction] = []
+            if all(op in present for op in needs) and rewrite(comp, touched):
                 # Replaced instructions go now, so the next rewrite counts real users.
-                comp.sort_topologically()
-                comp.remove_dead()
+                comp.sort_topologically(settled=_first_touched(comp, touched))
+                _remove_dead(comp, touched)
     combine = {id(c) for c in module.computations if may_combine(c)} \
         if combine_threshold_bytes > 0 and causes is not None else set()
     largest = _largest_array_bytes(module) if combine else 0
     for comp in list(module.computations):
         if id(comp) in combine:
-            if combine_collectives(comp, combine_threshold_bytes, causes,
-                                   lambda c: computation_peak_bytes(c, c is module.entry),
-                                   largest):
-                comp.remove_dead()
+            # (it removes what it leaves dead itself; the driver left no dead code)
+            combine_collectives(comp, combine_threshold_bytes, causes,
+                                lambda c: computation_peak_bytes(c, c is module.entry),
+                                largest)
         sink_to_first_use(comp)  # last: the order the rewrites leave is final
+
+
+class _Dead(list):
+    """What a rewrite left dead, when it knows exactly (a marker in ``touched``)."""
+
+    __slots__ = ()
+
+
+def _remove_dead(comp: Computation, touched: list) -> None:
+    """Drop what the rewrite left dead. A rewrite that knows exactly what it left dead
+    says so (a ``_Dead`` at the end of ``touched``): the computation had no dead code
+    before (the driver removes it, each rewrite after itself), so that is all of it,
+    unless a control edge keeps one of them alive (then, as otherwise, the liveness walk
+    decides)."""
+    dead = touched[-1] if touched and type(touched[-1]) is _Dead else None
+    if dead is None or any(map(_CONTROL_PREDECESSORS, comp.instructions)):
+        comp.remove_dead()
+        return
+    gone = set(dead)
+    comp.instructions = [i for i in comp.instructions if i not in gone]
+
+
+def _first_touched(comp: Computation, touched: list[Instruction]) -> int:
+    """The position of the first instruction a rewrite rewired. The partitioner's
+    computations are in program order (built by appending, and every rewrite ends with
+    a sort) and a rewrite only appends new instructions after their operands, so all
+    before that position still read only what precedes them: the sort keeps them."""
+    if touched and type(touched[-1]) is _Dead:
+        touched = touched[:-1]
+    wanted = set(touched)
+    for k, inst in enumerate(comp.instructions):  # (stops at the first: no table)
+        if inst in wanted:
+            return k
+    return len(comp.instructions)
 
 
 def _largest_array_bytes(module: Module) -> int:
@@ -216,11 +255,12 @@ def _new(comp: Computation, opcode: str, operands: list[Instruction],
 
 
 def _replace(comp: Computation, old: Instruction, new: Instruction,
-             users: dict[int, list[Instruction]]) -> None:
+             users: dict[int, list[Instruction]], touched: list[Instruction]) -> None:
     """Every use of ``old`` reads ``new``; a new root keeps the root's (manual) sharding.
     ``users`` is the rewrite's use map (``iter_operand_users``): only ``old``'s users are
     visited, not the whole computation (a rewrite makes hundreds of replacements in a
-    10k-instruction body), and ``new`` takes them over in the map."""
+    10k-instruction body), and ``new`` takes them over in the map. The rewired users
+    are added to ``touched``."""
     if comp.root is old:
         new.sharding = old.sharding
         comp.root = new
@@ -228,19 +268,24 @@ def _replace(comp: Computation, old: Instruction, new: Instruction,
     for u in moved:
         u.replace_operand(old, new)
     if moved:
+        touched.extend(moved)
         mine = users.setdefault(id(new), [])
         seen = {id(u) for u in mine}
         mine.extend(u for u in moved if id(u) not in seen)
 
 
 # -- rewrites ------------------------------------------------------------------------------------
-def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -> bool:
+def _reassociate_all_reduces(comp: Computation, touched: list[Instruction],
+                             inherit=lambda new, old: None) -> bool:
     changed = False
     # Users are asked of all-reduces and of the binary ops that may merge two (also ones
     # that read an all-reduce this pass makes): only theirs are listed.
     users = iter_operand_users(comp.instructions, only={
         i for i in comp.instructions
         if i.opcode == "all-reduce" or (i.opcode in _ASSOCIATIVE and len(i.operands) == 2)})
+    # Exactly these die: the op (its users move) and its two all-reduces (it was their
+    # only user); what they read is read by the new op.
+    dead = _Dead()
     for inst in list(comp.instructions):
         if inst.opcode not in _ASSOCIATIVE or len(inst.operands) != 2:
             continue
@@ -262,9 +307,11 @@ def _reassociate_all_reduces(comp: Computation, inherit=lambda new, old: None) -
         merged = _new(comp, "all-reduce", [local], _collective_attrs(a, comp.module),
                       a.called_computations, like=a)
         inherit(merged, a)
-        _replace(comp, inst, merged, users)
+        _replace(comp, inst, merged, users, touched)
         users[id(local)] = [merged]
+        dead.extend((inst, a, b))
         changed = True
+    touched.append(dead)
     return changed
 
 
@@ -285,7 +332,7 @@ def _plain_attrs(inst: Instruction) -> hlo_pb2.HloInstructionProto:
     return attrs
 
 
-def _sink_slices_through_transposes(comp: Computation) -> bool:
+def _sink_slices_through_transposes(comp: Computation, touched: list[Instruction]) -> bool:
     """``dynamic-slice(transpose(all-reduce))`` -> ``transpose(dynamic-slice(all-reduce))``
     when the transpose feeds only dynamic-slices, so the next rewrite sees the cut."""
     changed = False
@@ -295,6 +342,7 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
         i for i in comp.instructions
         if i.opcode == "dynamic-slice" or (i.opcode == "transpose"
                                            and i.operands[0].opcode == "all-reduce")})
+    dead = _Dead()
     for t in list(comp.instructions):
         if t.opcode != "transpose" or t.operands[0].opcode != "all-reduce":
             continue
@@ -316,12 +364,18 @@ def _sink_slices_through_transposes(comp: Computation) -> bool:
             tattrs = _plain_attrs(t)
             tattrs.dimensions.extend(perm)
             moved = _new(comp, "transpose", [inner], tattrs, like=t)
-            _replace(comp, ds, moved, users)
+            _replace(comp, ds, moved, users, touched)
             changed = True
+        # Exactly these die: the transpose (every user was one of these slices) and the
+        # slices; what they read is read by the new slices.
+        dead.append(t)
+        dead.extend(ds_users)
+    touched.append(dead)
     return changed
 
 
 def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
+                                        touched: list[Instruction],
                                         inherit=lambda new, old: None) -> bool:
     changed = False
     # Users are asked of all-reduces and of dynamic-slices (replaced): only theirs.
@@ -350,12 +404,13 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
         rs = _new(comp, "reduce-scatter", [ar.operands[0]], attrs, ar.called_computations)
         inherit(rs, ar)
         for ds in cuts:
-            _replace(comp, ds, rs, users)
+            _replace(comp, ds, rs, users, touched)
         changed = True
     return changed
 
 
-def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
+def _fold_all_gather_own_slice(comp: Computation, num_devices: int,
+                               touched: list[Instruction]) -> bool:
     # Only a dynamic-slice of an all-gather is folded: without one, no use map is built.
     if not any(i.opcode == "dynamic-slice" and i.operands and
                i.operands[0].opcode == "all-gather" for i in comp.instructions):
@@ -376,6 +431,6 @@ def _fold_all_gather_own_slice(comp: Computation, num_devices: int) -> bool:
         x = ag.operands[0]
         for ds in cuts:
             if _own_part_dim(ds, ag, groups, facts) == d and ds.shape == x.shape:
-                _replace(comp, ds, x, users)
+                _replace(comp, ds, x, users, touched)
                 changed = True
     return changed
