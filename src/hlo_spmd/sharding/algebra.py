@@ -168,9 +168,15 @@ def _position_coords(dims: tuple[int, ...]) -> np.ndarray:
     """``[N, ndim]`` row-major coordinates of every position of a ``dims`` array
     (read-only): the same few tile-array shapes are asked for by every sharding map."""
     n = math.prod(dims)
-    coords = np.stack(np.unravel_index(np.arange(n, dtype=np.int64), dims), axis=1) \
-        if dims else np.zeros((n, 0), np.int64)
-    coords = coords.astype(np.int64, copy=False)
+    rank = len(dims)
+    coords = np.empty((n, rank), np.int64)
+    if rank:
+        # Column k is position k's digit: one broadcast fill of an arange per dim (no
+        # divisions; np.unravel_index + np.stack cost several passes at 2048 devices).
+        grid = coords.reshape(tuple(dims) + (rank,))
+        for k, d in enumerate(dims):
+            grid[..., k] = np.arange(d, dtype=np.int64).reshape(
+                (1,) * k + (d,) + (1,) * (rank - k - 1))
     coords.flags.writeable = False
     return coords
 
@@ -586,6 +592,12 @@ def _order_by_key_then_device(key: np.ndarray, devices: np.ndarray) -> np.ndarra
     was most of this function's cost at 2048 devices."""
     n = devices.size
     if n >= _LARGE and devices.dtype.kind == "i" and key.dtype.kind == "i":
+        if bool(np.all(devices[1:] > devices[:-1])):
+            # Devices already ascending: ties in key keep index order, i.e. a stable
+            # sort of key, which numpy does as a linear radix sort for 16-bit ints.
+            lo, hi = int(key.min()), int(key.max())
+            if lo >= 0 and hi < (1 << 15):
+                return np.argsort(key.astype(np.int16), kind="stable")
         lo, hi = int(devices.min()), int(devices.max())
         if lo >= 0 and hi < (1 << 31) and int(key.max()) < (1 << 31) and int(key.min()) >= 0:
             combined = key * (hi + 1) + devices

@@ -97,6 +97,8 @@ def iota_form(array: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | No
     log2(N) levels, each O(N) numpy work.
     """
     flat = np.asarray(array, dtype=np.int64).reshape(-1)
+    if flat.size > 1 and (flat[0] != 0 or flat[1] <= 0):
+        return None  # what _iota_form's first step rejects, without naming the array
     # The sharding algebra compacts the same few device arrays over and over (171
     # calls on 4 distinct arrays for a 2048-device training step): one answer per value.
     key = array_token(flat)

@@ -156,12 +156,19 @@ def _layout_of(s: HloSharding, num_devices: int, rank: int) -> Layout | None:
     if ta is None or ta.num_devices != num_devices:
         return None
     devices, coords = tile_coords(s)
+    tiles = tuple(int(t) for t in s.tile_dims_for_data())
+    perm = ta.transpose_perm if ta.is_iota else None
+    if perm is not None and perm == tuple(sorted(perm)):
+        # An untransposed iota lists devices 0..N-1 in position order: device d holds
+        # position d, so the (read-only, shared) position coords are the layout as they
+        # stand, without a device check or a scatter.
+        return Layout(tiles, coords[:, :rank])
     if devices.min() < 0 or devices.max() >= num_devices or \
             not all_distinct(devices):
         return None
     out = np.empty((num_devices, rank), np.int64)
     out[devices] = coords[:, :rank]
-    return Layout(tuple(int(t) for t in s.tile_dims_for_data()), out)
+    return Layout(tiles, out)
 
 
 def _rows_all(mask: np.ndarray) -> np.ndarray:
