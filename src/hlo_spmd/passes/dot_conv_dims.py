@@ -23,12 +23,12 @@ partitions windowed dims itself (halo exchange) before it calls the planner.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple, Sequence
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.records import FrozenRecord
 
 BATCH, LHS_NC, RHS_NC, CONTRACTING = "batch", "lhs_nc", "rhs_nc", "contracting"
 KINDS = (BATCH, LHS_NC, RHS_NC, CONTRACTING)
@@ -92,10 +92,13 @@ class ConvLabels(NamedTuple):
     batch_group_count: int = 1
 
 
-@dataclass(frozen=True)
-class DotDims:
+class DotDims(FrozenRecord):
     """DotConvolutionDimsInfo: a dot (or a conv read as a dot) split into dim classes,
     with the planner's iteration-space view (see the module docstring)."""
+    # A records.FrozenRecord (equality, hash and repr as the frozen dataclass it was, ~1
+    # ms less start-up); no __slots__ of its own: the cached properties need a __dict__.
+    __match_args__ = ("batch", "contracting", "lhs_non_contracting", "rhs_non_contracting",
+                      "conv_spatial", "lhs_rank", "rhs_rank", "output_rank", "window", "conv")
 
     batch: tuple[DimNums, ...]
     contracting: tuple[DimNums, ...]
@@ -105,8 +108,16 @@ class DotDims:
     lhs_rank: int
     rhs_rank: int
     output_rank: int
-    window: tuple[WindowDim, ...] = ()
-    conv: ConvLabels | None = None
+    window: tuple[WindowDim, ...]
+    conv: ConvLabels | None
+
+    def __init__(self, batch: tuple[DimNums, ...], contracting: tuple[DimNums, ...],
+                 lhs_non_contracting: tuple[DimNums, ...],
+                 rhs_non_contracting: tuple[DimNums, ...], conv_spatial: tuple[DimNums, ...],
+                 lhs_rank: int, rhs_rank: int, output_rank: int,
+                 window: tuple[WindowDim, ...] = (), conv: ConvLabels | None = None) -> None:
+        self._set_fields(batch, contracting, lhs_non_contracting, rhs_non_contracting,
+                         conv_spatial, lhs_rank, rhs_rank, output_rank, window, conv)
 
     @staticmethod
     def of(inst: Instruction) -> "DotDims":
@@ -114,7 +125,7 @@ class DotDims:
 
     def with_window(self, window: Sequence[WindowDim]) -> "DotDims":
         """The same dims with another window (per-shard convolutions)."""
-        return replace(self, window=tuple(window))
+        return DotDims(*self._fields()[:-2], tuple(window), self.conv)
 
     # -- the planner's classes ---------------------------------------------------------
     @cached_property
