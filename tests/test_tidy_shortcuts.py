@@ -51,12 +51,18 @@ ENTRY main {{
 """
 
 
-def _sum_of_dots(m: int) -> str:
-    params = "\n".join(
+def _dots(m: int) -> str:
+    """``m`` dots d0..d(m-1) of parameters sharded on the contracted dim (each a partial
+    sum: an all-reduce after partitioning)."""
+    return "\n".join(
         f"  x{i} = f32[8,16] parameter({2 * i}), sharding={{devices=[1,4]<=[4]}}\n"
         f"  w{i} = f32[16,8] parameter({2 * i + 1}), sharding={{devices=[4,1]<=[4]}}\n"
         f"  d{i} = f32[8,8] dot(x{i}, w{i}), lhs_contracting_dims={{1}}, "
         f"rhs_contracting_dims={{0}}, sharding={{replicated}}" for i in range(m))
+
+
+def _sum_of_dots(m: int) -> str:
+    params = _dots(m)
     adds = [f"  a1 = f32[8,8] add(d0, d1), sharding={{replicated}}"]
     for i in range(2, m):
         adds.append(f"  a{i} = f32[8,8] add(a{i - 1}, d{i}), sharding={{replicated}}")
@@ -77,11 +83,7 @@ ENTRY main {
 
 
 def _partial_sums(m: int) -> str:
-    params = "\n".join(
-        f"  x{i} = f32[8,16] parameter({2 * i}), sharding={{devices=[1,4]<=[4]}}\n"
-        f"  w{i} = f32[16,8] parameter({2 * i + 1}), sharding={{devices=[4,1]<=[4]}}\n"
-        f"  d{i} = f32[8,8] dot(x{i}, w{i}), lhs_contracting_dims={{1}}, "
-        f"rhs_contracting_dims={{0}}, sharding={{replicated}}" for i in range(m))
+    params = _dots(m)
     # A big value elsewhere holds the peak (combining may not raise it).
     big = (f"  big = f32[128,128] parameter({2 * m}), sharding={{replicated}}\n"
            f"  e = f32[128,128] exponential(big), sharding={{replicated}}")
