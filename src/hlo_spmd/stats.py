@@ -29,12 +29,11 @@ from hlo_spmd.collectives.cost import COLLECTIVE_KINDS, CollectiveCost, collecti
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import CONTROL_FLOW, NO_OWN_BUFFER
 from hlo_spmd.records import Record
 
 #: Ops that create no buffer of their own (their result is, or forwards, operand buffers).
-ALIASING_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
-                          "add-dependency", "after-all"})
-_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+ALIASING_OPS = NO_OWN_BUFFER
 # Values that make no buffer of their own (they keep others' alive).
 _NO_OWN_BUFFER = ALIASING_OPS | {"while"}
 
@@ -234,7 +233,7 @@ def _peak(comp: Computation, is_entry: bool, memo: dict[int, int]) -> int:
         if n:
             live += n
             freed[last[inst]] += n
-        if inst.opcode in _CONTROL_FLOW:
+        if inst.opcode in CONTROL_FLOW:
             live_in = live + max((_peak(c, False, memo) for c in inst.called_computations),
                                  default=0)
             if live_in > peak:

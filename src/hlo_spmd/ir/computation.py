@@ -4,10 +4,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 from hlo_spmd.ir.instruction import Instruction, iter_operand_users
+from hlo_spmd.ir.opcodes import SIDE_EFFECTING
 from hlo_spmd.ir.shape import Shape
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.module import Module
+
+
+def has_side_effect(inst: Instruction) -> bool:
+    """HloInstruction::HasSideEffect by opcode (in an SPMD module channel ids make no
+    collective side-effecting): the opcode's trait, or such an op anywhere in a called
+    computation. A custom-call's ``custom_call_has_side_effect`` is not read: the
+    partitioner's own markers (``xla.sdy.ShardingGroup``) carry it and must go when dead."""
+    if inst.opcode in SIDE_EFFECTING:
+        return True
+    return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
 
 
 class Computation:
@@ -75,12 +86,11 @@ class Computation:
 
     def remove_dead(self) -> int:
         """Remove instructions that do not reach the root (side effects kept); count removed."""
-        from hlo_spmd.ir.opcodes import SIDE_EFFECTING
-
         # Marked when first reached, so each instruction is pushed once (the tidy pass
         # runs this on a 10k-instruction entry after each rewrite).
         stack = [i for i in self.instructions
-                 if i.opcode in SIDE_EFFECTING or i.opcode == "parameter"]
+                 if i.opcode == "parameter" or i.opcode in SIDE_EFFECTING
+                 or (i.called_computations and has_side_effect(i))]
         if self.root is not None:
             stack.append(self.root)
         # Instructions hash by identity: a set of them, not of their id()s (cheaper).

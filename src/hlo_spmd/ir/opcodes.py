@@ -1,71 +1,275 @@
 """Every HLO opcode the IR knows, with the facts passes and the verifier key on.
 
-Per-op behaviour elsewhere is table-driven off these sets, never long if-chains.
+One table (``TRAITS``, after XLA's ``hlo_opcode.h`` and ``HloInstruction``'s opcode
+predicates): a pass asks it, through the derived frozensets below (O(1) lookups on the
+per-instruction paths) or ``traits(opcode)``, and keeps no opcode set of its own.
+``hlo-spmd rules`` and ``tests/test_structure.py`` read it too.
 """
 from __future__ import annotations
 
-# Names exactly as XLA spells them (xla/hlo/ir/hlo_opcode.h): "sine", "cosine",
-# "count-leading-zeros", "opt-barrier", "topk".
-ELEMENTWISE_UNARY = frozenset({
-    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "cbrt", "ceil",
-    "count-leading-zeros", "convert", "cosine", "cosh", "erf", "exponential",
-    "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "logistic",
-    "negate", "not", "popcnt", "real", "reduce-precision", "round-nearest-afz",
-    "round-nearest-even", "rsqrt", "sign", "sine", "sinh", "sqrt", "tan", "tanh", "copy",
-    "bitcast-convert",
-})
-# stochastic-convert is binary: (operand, random bits).
-ELEMENTWISE_BINARY = frozenset({
-    "add", "atan2", "complex", "compare", "divide", "maximum", "minimum", "multiply", "power",
-    "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract",
-    "and", "or", "xor", "stochastic-convert", "mulhi",
-})
-ELEMENTWISE_TERNARY = frozenset({"select", "clamp"})
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {"map"}
+from dataclasses import dataclass
+from typing import Any
 
-COLLECTIVES = frozenset({
-    "all-gather", "all-gather-start", "all-gather-done", "all-reduce", "all-reduce-start",
-    "all-reduce-done", "all-to-all", "ragged-all-to-all", "collective-broadcast",
-    "collective-permute", "collective-permute-start", "collective-permute-done",
-    "reduce-scatter", "collective-reduce",
-})
+#: The trait words of ``_TABLE``:
+#: elementwise   HloInstruction::IsElementwise by opcode (bitcast-convert only when the
+#:               widths match: asked of the instruction, see propagation.graph)
+#: side-effect   HloInstruction::HasSideEffectNoRecurse by opcode (a custom-call's flag
+#:               and called computations are asked of the instruction: ``has_side_effect``
+#:               in ir.computation)
+#: no-buffer     the result is (or forwards) operand buffers, or a token: no buffer of its
+#:               own (XLA's dataflow analysis defines no new value for these)
+#: collective    a cross-device collective; ``start`` / ``done`` its asynchronous halves
+#:               (``copy-start`` / ``copy-done`` are asynchronous too, not collectives)
+#: async         the generic async wrapper ops (async-start / -update / -done)
+#: control-flow  calls computations whose parameters and roots mirror the instruction
+#: applies       applies its called computation per element (copied as it is)
+#: to-apply      prints its called computation as ``to_apply=``
+#: accuracy      carries a ResultAccuracy attribute
+#: linear        linear in every operand: partial sums in, partial sums of the result out
+#:               (custom-calls here are the sharding annotations and manual boundaries;
+#:               tuple / get-tuple-element only move values)
+#: reducer       recognised as a reducer computation's root (commutative, associative)
+#: idempotent    a reducer with ``x op x == x``
+#: newer         an opcode of a newer XLA than jaxlib 0.10.2 (its text parser rejects it)
+_WORDS = frozenset({"newer", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
+                    "async", "control-flow", "applies", "to-apply", "accuracy", "linear",
+                    "reducer", "idempotent"})
 
-OTHER = frozenset({
-    "add-dependency", "after-all", "async-start", "async-update", "async-done",
-    "batch-norm-grad", "batch-norm-inference", "batch-norm-training", "bitcast", "broadcast",
-    "call", "cholesky", "concatenate", "conditional", "constant", "convolution", "copy-start",
-    "copy-done", "custom-call", "domain", "dot", "dynamic-reshape", "dynamic-slice",
-    "dynamic-update-slice", "fft", "fusion", "gather", "get-dimension-size",
-    "set-dimension-size", "get-tuple-element", "infeed", "iota", "outfeed", "pad", "parameter",
-    "partition-id", "recv", "recv-done", "reduce", "reduce-window", "replica-id", "reshape",
-    "reverse", "rng", "rng-get-and-update-state", "rng-bit-generator", "scatter",
-    "select-and-scatter", "send", "send-done", "slice", "sort", "topk", "transpose",
-    "triangular-solve", "tuple", "while", "opt-barrier", "ragged-dot", "scaled-dot", "scan",
-    "shuffle",
-})
-
-ALL_OPCODES = ELEMENTWISE | COLLECTIVES | OTHER
-
-# Fixed operand counts, checked by the verifier (variadic ops are absent).
-ARITY: dict[str, int] = {
-    **{op: 1 for op in ELEMENTWISE_UNARY},
-    **{op: 2 for op in ELEMENTWISE_BINARY},
-    **{op: 3 for op in ELEMENTWISE_TERNARY},
-    "parameter": 0, "constant": 0, "iota": 0, "partition-id": 0, "replica-id": 0,
-    "broadcast": 1, "reshape": 1, "transpose": 1, "slice": 1, "reverse": 1, "pad": 2,
-    "get-tuple-element": 1, "dot": 2, "convolution": 2, "gather": 2, "bitcast": 1,
-    "while": 1, "cholesky": 1, "triangular-solve": 2, "fft": 1, "topk": 1,
-    "get-dimension-size": 1, "set-dimension-size": 2, "add-dependency": 2,
-    "rng-get-and-update-state": 0, "rng-bit-generator": 1, "select-and-scatter": 3,
+# opcode: (arity as hlo_opcode.h spells it for jaxlib 0.10.2, None = variadic; traits).
+# Names exactly as XLA spells them: "sine", "cosine", "count-leading-zeros", "opt-barrier".
+# "atan", "collective-reduce", "shuffle": newer XLA opcodes the IR accepts.
+_TABLE: dict[str, tuple[int | None, str]] = {
+    "abs":                      (1, "elementwise"),
+    "acos":                     (1, "elementwise accuracy"),
+    "acosh":                    (1, "elementwise accuracy"),
+    "add":                      (2, "elementwise linear reducer"),
+    "add-dependency":           (2, "no-buffer"),
+    "after-all":                (None, "no-buffer"),
+    "all-gather":               (None, "collective"),
+    "all-gather-done":          (1, "side-effect collective done"),
+    "all-gather-start":         (None, "side-effect collective start"),
+    "all-reduce":               (None, "collective to-apply"),
+    "all-reduce-done":          (1, "side-effect collective done"),
+    "all-reduce-start":         (None, "side-effect collective to-apply start"),
+    "all-to-all":               (None, "collective"),
+    "and":                      (2, "elementwise reducer idempotent"),
+    "asin":                     (1, "elementwise accuracy"),
+    "asinh":                    (1, "elementwise accuracy"),
+    "async-done":               (1, "async"),
+    "async-start":              (None, "async"),
+    "async-update":             (1, "async"),
+    "atan":                     (1, "elementwise newer"),
+    "atan2":                    (2, "elementwise"),
+    "atanh":                    (1, "elementwise accuracy"),
+    "batch-norm-grad":          (5, ""),
+    "batch-norm-inference":     (5, ""),
+    "batch-norm-training":      (3, ""),
+    "bitcast":                  (1, "no-buffer linear"),
+    "bitcast-convert":          (1, "elementwise"),
+    "broadcast":                (1, "linear"),
+    "call":                     (None, "control-flow to-apply"),
+    "cbrt":                     (1, "elementwise accuracy"),
+    "ceil":                     (1, "elementwise"),
+    "cholesky":                 (1, ""),
+    "clamp":                    (3, "elementwise"),
+    "collective-broadcast":     (None, "collective"),
+    "collective-permute":       (None, "collective"),
+    "collective-permute-done":  (1, "side-effect collective done"),
+    "collective-permute-start": (None, "side-effect collective start"),
+    "collective-reduce":        (None, "collective newer"),
+    "compare":                  (2, "elementwise"),
+    "complex":                  (2, "elementwise"),
+    "concatenate":              (None, "linear"),
+    "conditional":              (None, "control-flow"),
+    "constant":                 (0, ""),
+    "convert":                  (1, "elementwise"),
+    "convolution":              (2, ""),
+    "copy":                     (1, "elementwise linear"),
+    "copy-done":                (1, "done"),
+    "copy-start":               (1, "start"),
+    "cosh":                     (1, "elementwise accuracy"),
+    "cosine":                   (1, "elementwise accuracy"),
+    "count-leading-zeros":      (1, "elementwise"),
+    "custom-call":              (None, "linear"),
+    "divide":                   (2, "elementwise"),
+    "domain":                   (1, ""),
+    "dot":                      (None, "linear"),
+    "dynamic-reshape":          (None, ""),
+    "dynamic-slice":            (None, ""),
+    "dynamic-update-slice":     (None, ""),
+    "erf":                      (1, "elementwise accuracy"),
+    "exponential":              (1, "elementwise accuracy"),
+    "exponential-minus-one":    (1, "elementwise accuracy"),
+    "fft":                      (1, ""),
+    "floor":                    (1, "elementwise"),
+    "fusion":                   (None, ""),
+    "gather":                   (2, ""),
+    "get-dimension-size":       (1, ""),
+    "get-tuple-element":        (1, "no-buffer linear"),
+    "imag":                     (1, "elementwise"),
+    "infeed":                   (1, "side-effect"),
+    "iota":                     (0, ""),
+    "is-finite":                (1, "elementwise"),
+    "log":                      (1, "elementwise accuracy"),
+    "log-plus-one":             (1, "elementwise accuracy"),
+    "logistic":                 (1, "elementwise accuracy"),
+    "map":                      (None, "elementwise applies to-apply"),
+    "maximum":                  (2, "elementwise reducer idempotent"),
+    "minimum":                  (2, "elementwise reducer idempotent"),
+    "mulhi":                    (2, "elementwise"),
+    "multiply":                 (2, "elementwise reducer"),
+    "negate":                   (1, "elementwise linear"),
+    "not":                      (1, "elementwise"),
+    "opt-barrier":              (1, "no-buffer"),
+    "or":                       (2, "elementwise reducer idempotent"),
+    "outfeed":                  (2, "side-effect"),
+    "pad":                      (2, ""),
+    "parameter":                (0, ""),
+    "partition-id":             (0, ""),
+    "popcnt":                   (1, "elementwise"),
+    "power":                    (2, "elementwise"),
+    "ragged-all-to-all":        (None, "collective"),
+    "ragged-dot":               (3, ""),
+    "real":                     (1, "elementwise"),
+    "recv":                     (1, "side-effect"),
+    "recv-done":                (1, "side-effect"),
+    "reduce":                   (None, "applies to-apply"),
+    "reduce-precision":         (1, "elementwise"),
+    "reduce-scatter":           (None, "collective to-apply"),
+    "reduce-window":            (None, "applies to-apply"),
+    "remainder":                (2, "elementwise"),
+    "replica-id":               (0, ""),
+    "reshape":                  (1, "linear"),
+    "reverse":                  (1, "linear"),
+    "rng":                      (None, "side-effect"),
+    "rng-bit-generator":        (1, ""),
+    "rng-get-and-update-state": (0, "side-effect"),
+    "round-nearest-afz":        (1, "elementwise"),
+    "round-nearest-even":       (1, "elementwise"),
+    "rsqrt":                    (1, "elementwise accuracy"),
+    "scaled-dot":               (4, ""),
+    "scan":                     (None, "to-apply"),
+    "scatter":                  (None, "applies to-apply"),
+    "select":                   (3, "elementwise"),
+    "select-and-scatter":       (3, "applies"),
+    "send":                     (2, "side-effect"),
+    "send-done":                (1, "side-effect"),
+    "set-dimension-size":       (2, ""),
+    "shift-left":               (2, "elementwise"),
+    "shift-right-arithmetic":   (2, "elementwise"),
+    "shift-right-logical":      (2, "elementwise"),
+    "shuffle":                  (1, "newer"),
+    "sign":                     (1, "elementwise"),
+    "sine":                     (1, "elementwise accuracy"),
+    "sinh":                     (1, "elementwise accuracy"),
+    "slice":                    (1, "linear"),
+    "sort":                     (None, "applies to-apply"),
+    "sqrt":                     (1, "elementwise accuracy"),
+    "stochastic-convert":       (2, "elementwise"),
+    "subtract":                 (2, "elementwise linear"),
+    "tan":                      (1, "elementwise accuracy"),
+    "tanh":                     (1, "elementwise accuracy"),
+    "topk":                     (1, ""),
+    "transpose":                (1, "linear"),
+    "triangular-solve":         (2, ""),
+    "tuple":                    (None, "no-buffer linear"),
+    "while":                    (1, "control-flow"),
+    "xor":                      (2, "elementwise reducer"),
 }
 
-# Ops whose result depends on something other than operand values: never duplicated,
-# never removed as dead code.
-SIDE_EFFECTING = frozenset({
-    "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "rng",
-    "rng-get-and-update-state", "after-all", "all-reduce-start", "all-gather-start",
-    "collective-permute-start", "async-start", "async-done", "async-update",
-})
+#: Operand counts the verifier checks where they differ from the opcode's arity: a dot
+#: without sparsity descriptors has two (HloVerifier::HandleDot), a ragged all-to-all six.
+_VERIFIER_OPERANDS: dict[str, int] = {"dot": 2, "ragged-all-to-all": 6}
+
+
+@dataclass(frozen=True, slots=True)
+class OpcodeTraits:
+    """The facts about one opcode (see ``_WORDS`` for each flag's meaning)."""
+    name: str
+    arity: int | None          # hlo_opcode.h (None: variadic)
+    operands: int | None       # what the verifier checks (None: any)
+    elementwise: bool
+    side_effect: bool
+    no_own_buffer: bool
+    collective: bool
+    async_start: bool          # the start half of an asynchronous pair
+    async_done: bool           # the done half of an asynchronous pair
+    async_wrapper: bool
+    control_flow: bool
+    applies: bool
+    to_apply: bool
+    result_accuracy: bool
+    linear: bool
+    reducer: bool
+    idempotent: bool
+    in_jaxlib: bool            # known to jaxlib 0.10.2's text parser
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _make(name: str, arity: int | None, words: str) -> OpcodeTraits:
+    w = frozenset(words.split())
+    unknown = w - _WORDS
+    if unknown:
+        raise ValueError(f"{name}: unknown trait(s) {sorted(unknown)}")
+    return OpcodeTraits(
+        name=name, arity=arity, operands=_VERIFIER_OPERANDS.get(name, arity),
+        elementwise="elementwise" in w, side_effect="side-effect" in w,
+        no_own_buffer="no-buffer" in w, collective="collective" in w,
+        async_start="start" in w, async_done="done" in w, async_wrapper="async" in w,
+        control_flow="control-flow" in w, applies="applies" in w, to_apply="to-apply" in w,
+        result_accuracy="accuracy" in w, linear="linear" in w, reducer="reducer" in w,
+        idempotent="idempotent" in w, in_jaxlib="newer" not in w)
+
+
+#: Every opcode's traits.
+TRAITS: dict[str, OpcodeTraits] = {op: _make(op, a, w) for op, (a, w) in _TABLE.items()}
+
+
+def traits(opcode: str) -> OpcodeTraits:
+    """The traits of ``opcode`` (KeyError when unknown)."""
+    return TRAITS[opcode]
+
+
+def _where(flag: str) -> frozenset[str]:
+    return frozenset(op for op, t in TRAITS.items() if getattr(t, flag))
+
+
+# -- derived sets (what the per-instruction paths test) ----------------------------------------
+ALL_OPCODES = frozenset(TRAITS)
+ELEMENTWISE = _where("elementwise")
+ELEMENTWISE_UNARY = frozenset(op for op in ELEMENTWISE if TRAITS[op].arity == 1)
+ELEMENTWISE_BINARY = frozenset(op for op in ELEMENTWISE if TRAITS[op].arity == 2)
+ELEMENTWISE_TERNARY = frozenset(op for op in ELEMENTWISE if TRAITS[op].arity == 3)
+COLLECTIVES = _where("collective")
+#: The synchronous collectives (a collective that is no half of an asynchronous pair).
+SYNC_COLLECTIVES = frozenset(op for op in COLLECTIVES
+                             if not TRAITS[op].async_start and not TRAITS[op].async_done)
+ASYNC_STARTS = _where("async_start")
+ASYNC_DONES = _where("async_done")
+ASYNC_WRAPPERS = _where("async_wrapper")
+#: Ops whose result depends on something other than operand values (never duplicated,
+#: never removed as dead code): XLA's HasSideEffectNoRecurse by opcode.
+SIDE_EFFECTING = _where("side_effect")
+NO_OWN_BUFFER = _where("no_own_buffer")
+CONTROL_FLOW = _where("control_flow")
+APPLIES = _where("applies")
+TO_APPLY = _where("to_apply")
+RESULT_ACCURACY = _where("result_accuracy")
+LINEAR_OPS = _where("linear")
+REDUCERS = _where("reducer")
+IDEMPOTENT_REDUCERS = _where("idempotent")
+#: Opcode -> arity (None: variadic) of every opcode jaxlib 0.10.2's text parser knows.
+JAXLIB_ARITY: dict[str, int | None] = {op: t.arity for op, t in TRAITS.items() if t.in_jaxlib}
+#: Fixed operand counts, checked by the verifier (variadic ops are absent).
+ARITY: dict[str, int] = {op: t.operands for op, t in TRAITS.items() if t.operands is not None}
+
+
+def async_pair(opcode: str) -> tuple[str, str] | None:
+    """(start, done) of the asynchronous form of the collective ``opcode``, or None."""
+    start, done = opcode + "-start", opcode + "-done"
+    return (start, done) if start in ASYNC_STARTS and done in ASYNC_DONES else None
 
 
 def is_known(opcode: str) -> bool:
@@ -75,9 +279,21 @@ def is_known(opcode: str) -> bool:
 def is_elementwise(opcode: str) -> bool:
     return opcode in ELEMENTWISE
 
-#: Ops linear in every operand: applied to partial sums (unreduced values) they give
-#: partial sums of the result. Custom-calls are the sharding annotations and manual
-#: boundaries here; tuple / get-tuple-element only move values.
-LINEAR_OPS = frozenset({"add", "subtract", "negate", "copy", "reshape", "transpose",
-                        "broadcast", "slice", "reverse", "concatenate", "bitcast", "dot",
-                        "get-tuple-element", "tuple", "custom-call"})
+
+def reducer_opcode(comp: Any) -> str | None:
+    """The opcode of a reducer computation ``(x, y) -> op(x, y)`` over scalars, or None.
+
+    Only a root that applies one of ``REDUCERS`` directly to the two parameters (in either
+    order) counts; anything else (argmax pairs, composite bodies) is unrecognised. ``comp``
+    is an ``ir.Computation`` (duck-typed: this module imports nothing of the IR).
+    """
+    params = comp.parameters
+    root = comp.root
+    if len(params) != 2 or root is None or root.opcode not in REDUCERS:
+        return None
+    if any(p.shape.rank != 0 or not p.shape.is_array for p in params):
+        return None
+    ops = root.operands
+    if len(ops) != 2 or {id(o) for o in ops} != {id(p) for p in params}:
+        return None
+    return root.opcode

@@ -1641,19 +1641,8 @@ XLA_SPELLING = {"clz": "count-leading-zeros", "cos": "cosine", "sin": "sine",
 #: Every opcode the verifier accepts: ``ir.opcodes`` plus any other XLA opcode with a rule.
 KNOWN_OPCODES = ALL_OPCODES | (frozenset(_RULES) - frozenset(XLA_SPELLING))
 
-#: Fixed operand counts: ``ir.opcodes.ARITY`` plus XLA's arities for the fixed-arity
-#: opcodes it leaves out.
-ARITY: dict[str, int] = {
-    **_OPCODES_ARITY,
-    **{op: 1 for op in ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh",
-                        "cosine", "sine", "count-leading-zeros", "opt-barrier", "topk",
-                        "all-gather-done", "all-reduce-done", "collective-permute-done",
-                        "copy-start", "copy-done", "domain", "infeed", "recv", "recv-done",
-                        "send-done", "async-done", "shuffle")},
-    "mulhi": 2, "stochastic-convert": 2, "outfeed": 2, "send": 2, "ragged-dot": 3,
-    "ragged-all-to-all": 6, "batch-norm-training": 3, "batch-norm-inference": 5,
-    "batch-norm-grad": 5, "scaled-dot": 4,
-}
+#: Fixed operand counts (the verifier's): ``ir.opcodes.ARITY``.
+ARITY: dict[str, int] = _OPCODES_ARITY
 
 #: Opcodes whose whole result shape comes from ``declared``.
 DECLARED_ONLY = frozenset({

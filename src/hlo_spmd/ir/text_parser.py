@@ -41,36 +41,7 @@ __all__ = ["parse_module", "parse_module_with_config", "XLA_OPCODES", "ATTRIBUTE
 P = PrimitiveType
 
 # Every opcode string XLA (jaxlib 0.10.2) knows, with its fixed arity (None: variadic).
-XLA_OPCODES: dict[str, int | None] = {
-    "abs": 1, "acos": 1, "acosh": 1, "add": 2, "add-dependency": 2, "after-all": None,
-    "all-gather": None, "all-gather-done": 1, "all-gather-start": None, "all-reduce": None,
-    "all-reduce-done": 1, "all-reduce-start": None, "all-to-all": None, "and": 2, "asin": 1,
-    "asinh": 1, "async-done": 1, "async-start": None, "async-update": 1, "atan2": 2,
-    "atanh": 1, "batch-norm-grad": 5, "batch-norm-inference": 5, "batch-norm-training": 3,
-    "bitcast": 1, "bitcast-convert": 1, "broadcast": 1, "call": None, "cbrt": 1, "ceil": 1,
-    "cholesky": 1, "clamp": 3, "count-leading-zeros": 1, "collective-broadcast": None,
-    "collective-permute": None, "collective-permute-done": 1,
-    "collective-permute-start": None, "compare": 2, "complex": 2, "concatenate": None,
-    "conditional": None, "constant": 0, "convert": 1, "convolution": 2, "copy": 1,
-    "copy-done": 1, "copy-start": 1, "cosine": 1, "cosh": 1, "custom-call": None,
-    "divide": 2, "domain": 1, "dot": None, "dynamic-reshape": None, "dynamic-slice": None,
-    "dynamic-update-slice": None, "erf": 1, "exponential": 1, "exponential-minus-one": 1,
-    "fft": 1, "floor": 1, "fusion": None, "gather": 2, "get-dimension-size": 1,
-    "get-tuple-element": 1, "imag": 1, "infeed": 1, "iota": 0, "is-finite": 1, "log": 1,
-    "log-plus-one": 1, "logistic": 1, "map": None, "maximum": 2, "minimum": 2, "mulhi": 2,
-    "multiply": 2, "negate": 1, "not": 1, "opt-barrier": 1, "or": 2, "outfeed": 2, "pad": 2,
-    "parameter": 0, "partition-id": 0, "popcnt": 1, "power": 2, "ragged-all-to-all": None,
-    "ragged-dot": 3, "real": 1, "recv": 1, "recv-done": 1, "reduce": None,
-    "reduce-precision": 1, "reduce-scatter": None, "reduce-window": None, "remainder": 2,
-    "replica-id": 0, "reshape": 1, "reverse": 1, "rng": None, "rng-bit-generator": 1,
-    "rng-get-and-update-state": 0, "round-nearest-afz": 1, "round-nearest-even": 1,
-    "rsqrt": 1, "scaled-dot": 4, "scan": None, "scatter": None, "select": 3,
-    "select-and-scatter": 3, "send": 2, "send-done": 1, "set-dimension-size": 2,
-    "shift-left": 2, "shift-right-arithmetic": 2, "shift-right-logical": 2, "sign": 1,
-    "sine": 1, "sinh": 1, "slice": 1, "sort": None, "sqrt": 1, "stochastic-convert": 2,
-    "subtract": 2, "tan": 1, "tanh": 1, "topk": 1, "transpose": 1, "triangular-solve": 2,
-    "tuple": None, "while": 1, "xor": 2,
-}
+XLA_OPCODES: dict[str, int | None] = _opcodes.JAXLIB_ARITY
 
 
 def _is_known_opcode(op: str) -> bool:
@@ -78,10 +49,7 @@ def _is_known_opcode(op: str) -> bool:
 
 
 _ASYNC_SUGAR = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
-_RESULT_ACCURACY_OPS = frozenset({
-    "acos", "acosh", "asin", "asinh", "atanh", "cbrt", "cosine", "cosh", "erf",
-    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "rsqrt",
-    "sine", "sinh", "sqrt", "tan", "tanh"})
+_RESULT_ACCURACY_OPS = _opcodes.RESULT_ACCURACY
 _COLLECTIVE_GROUPS = {"replica_groups", "channel_id", "constrain_layout"}
 _DOT_ATTRS = {"lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims",
               "rhs_batch_dims", "operand_precision", "algorithm"}

@@ -34,6 +34,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.literal import format_literal, format_literal_with_shape
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import ASYNC_WRAPPERS, RESULT_ACCURACY, SYNC_COLLECTIVES, TO_APPLY
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.text_lexer import c_escape, lexes_as_json_dict
 from hlo_spmd.ir.text_shapes import _tuple_text, format_shape, format_shape_proto
@@ -42,16 +43,11 @@ from hlo_spmd.proto import hlo_pb2, xla_data_pb2
 __all__ = ["print_module", "print_computation", "print_instruction", "ModuleConfig"]
 
 # Unary opcodes that carry a ResultAccuracy (printed only when not DEFAULT).
-RESULT_ACCURACY_OPCODES = frozenset({
-    "acos", "acosh", "asin", "asinh", "atanh", "cbrt", "cosine", "cosh", "erf",
-    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "rsqrt",
-    "sine", "sinh", "sqrt", "tan", "tanh"})
-# Collectives whose channel ids tie them together in XLA's post order.
-_CHANNEL_DEP_OPCODES = frozenset({"all-reduce", "all-gather", "all-to-all",
-                                  "collective-broadcast", "collective-permute",
-                                  "ragged-all-to-all", "reduce-scatter"})
-_TO_APPLY_OPCODES = frozenset({"call", "map", "reduce-window", "reduce", "all-reduce",
-                               "reduce-scatter", "all-reduce-start", "scatter", "sort", "scan"})
+RESULT_ACCURACY_OPCODES = RESULT_ACCURACY
+# Collectives whose channel ids tie them together in XLA's post order
+# (HloComputation::ComputeChannelDependencies: the synchronous ones it knows).
+_CHANNEL_DEP_OPCODES = SYNC_COLLECTIVES - {"collective-reduce"}
+_TO_APPLY_OPCODES = TO_APPLY
 
 
 class ModuleConfig(dict):
@@ -182,7 +178,7 @@ class _Printer:
         elif op == "custom-call":
             if comps:
                 out.append("called_computations={" + ", ".join("%" + c.name for c in comps) + "}")
-        elif op in ("async-start", "async-update", "async-done"):
+        elif op in ASYNC_WRAPPERS:
             if op == "async-start" and comps:
                 out.append("calls=%" + comps[0].name)
         elif comps:
@@ -592,7 +588,7 @@ _OPCODE_ATTRS: dict[str, Callable[[_Printer, Instruction, list[str]], None]] = {
 
 
 # -- async syntax sugar --------------------------------------------------------------------------
-_ASYNC_OPCODES = frozenset({"async-start", "async-update", "async-done"})
+_ASYNC_OPCODES = ASYNC_WRAPPERS
 _ASYNC_SUFFIX = {"async-start": "-start", "async-update": "-update", "async-done": "-done"}
 
 

@@ -18,7 +18,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
                                                PartitionOptions, PartitionReport)
-from hlo_spmd.ir.opcodes import COLLECTIVES
+from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
@@ -61,11 +61,6 @@ def _fully_manual(s: HloSharding | None) -> bool:
     return all(e.is_manual for e in s.tuple_elements) if s.is_tuple else s.is_manual
 
 
-# Ops whose called computations are applied per element (copied as they are).
-_APPLIES = frozenset({"reduce", "reduce-window", "scatter", "sort", "map",
-                      "select-and-scatter"})
-
-
 def runs_as_written(inst: Instruction) -> bool:
     """Inside a fully manual region shapes are already per-device, so an op runs as
     written. Control flow (partitioned recursively), collectives and custom-calls
@@ -75,7 +70,7 @@ def runs_as_written(inst: Instruction) -> bool:
 
 def _manual_runs_as_written(inst: Instruction) -> bool:
     """``runs_as_written`` for an instruction already known to be fully manual."""
-    return ((not inst.called_computations or inst.opcode in _APPLIES)
+    return ((not inst.called_computations or inst.opcode in APPLIES)
             and inst.opcode != "custom-call" and inst.opcode not in COLLECTIVES)
 
 

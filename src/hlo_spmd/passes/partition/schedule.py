@@ -17,12 +17,7 @@ from __future__ import annotations
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import COLLECTIVES, SIDE_EFFECTING
-
-# Ops that create no buffer of their own (they alias their operands): moving them saves
-# nothing and would only stretch what they alias.
-_NO_BUFFER = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
-                        "add-dependency"})
+from hlo_spmd.ir.opcodes import COLLECTIVES, NO_OWN_BUFFER, SIDE_EFFECTING
 
 
 def _movable(inst: Instruction) -> bool:
@@ -30,8 +25,10 @@ def _movable(inst: Instruction) -> bool:
     for o in inst.operands:
         if o.shape.dims or not o.shape.is_array:
             return False
+    # Ops with no buffer of their own (they alias their operands): moving them saves
+    # nothing and would only stretch what they alias.
     return (inst.opcode != "parameter" and inst.opcode not in SIDE_EFFECTING
-            and inst.opcode not in COLLECTIVES and inst.opcode not in _NO_BUFFER
+            and inst.opcode not in COLLECTIVES and inst.opcode not in NO_OWN_BUFFER
             and not inst.called_computations and inst.shape.is_array)
 
 

@@ -36,6 +36,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.literal import literal_to_numpy
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import REDUCERS, reducer_opcode
 from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
 from hlo_spmd.passes.partition.combine import combine_collectives, may_combine
 from hlo_spmd.passes.partition.schedule import sink_to_first_use
@@ -45,7 +46,7 @@ from hlo_spmd.stats import computation_peak_bytes
 
 _CONTROL_PREDECESSORS = attrgetter("control_predecessors")
 # Reducers whose all-reduces may be merged through an op of the same kind.
-_ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
+_ASSOCIATIVE = REDUCERS
 
 
 def tidy_module(module: Module, num_devices: int, causes=None,
@@ -178,14 +179,10 @@ def _per_device(inst: Instruction, num_devices: int) -> np.ndarray | None:
 
 
 def _reducer_opcode(inst: Instruction) -> str | None:
-    """The opcode of a reducer of the form ``op(param0, param1)``."""
+    """The opcode of ``inst``'s reducer of the form ``op(param0, param1)``."""
     if len(inst.called_computations) != 1:
         return None
-    root = inst.called_computations[0].root
-    if root is None or len(root.operands) != 2 or \
-            {o.opcode for o in root.operands} != {"parameter"}:
-        return None
-    return root.opcode
+    return reducer_opcode(inst.called_computations[0])
 
 
 class _DeviceFacts:

@@ -32,7 +32,7 @@ from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improve
 from hlo_spmd.passes.propagation.dirty import DirtySet
 from hlo_spmd.passes.propagation.unchanged import (BACKWARD_READS_USER_ONLY, BW, FW,
                                                    UnchangedMemo)
-from hlo_spmd.ir.opcodes import LINEAR_OPS
+from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding import is_spatially_partitioned as sp
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -48,8 +48,6 @@ SPATIAL_OPCODES = frozenset({
     "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
     "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce",
     "collective-permute", "reduce-scatter", "reverse"})
-# Ops that own computations whose parameters and roots mirror them.
-CONTROL_FLOW = ("while", "conditional", "call")
 
 
 class Propagator:

@@ -12,7 +12,7 @@ from typing import Sequence
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import ELEMENTWISE
+from hlo_spmd.ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
 from hlo_spmd.ir.primitive_types import bit_width
 
 # Spellings other parts of the IR have used for the same opcodes.
@@ -28,10 +28,6 @@ PASSTHROUGH_SAME_RANK = frozenset({
     "ResizeNearest", "ResizeBilinear", "ResizeNearestGrad", "ResizeBilinearGrad", "Cholesky",
     "MoveToHost", "MoveToDevice", "PinToDevice", "PinToDeviceSram",
     "annotate_device_placement"})
-SIDE_EFFECT_OPCODES = frozenset({
-    "send", "send-done", "recv", "recv-done", "rng", "rng-get-and-update-state", "infeed",
-    "outfeed", "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",
-    "collective-permute-start", "collective-permute-done"})
 
 
 def opcode(inst: Instruction) -> str:
@@ -72,7 +68,7 @@ def is_elementwise(inst: Instruction) -> bool:
 def has_side_effect(inst: Instruction) -> bool:
     if inst.opcode == "custom-call":
         return bool(inst.attrs.custom_call_has_side_effect)
-    return opcode(inst) in SIDE_EFFECT_OPCODES
+    return opcode(inst) in SIDE_EFFECTING
 
 
 SDY_BARRIER = "xla.sdy.PropagationBarrier"

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import IDEMPOTENT_REDUCERS
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
@@ -496,7 +497,7 @@ class ScatterDims:
 # Combiners whose partial results (one per share of the updates) combine with an
 # all-reduce: add (shares scattered into zeros, then added to the operand) and the
 # idempotent ones (each share scattered into the operand itself).
-_COMBINABLE = {"add", "maximum", "minimum", "or", "and"}
+_COMBINABLE = IDEMPOTENT_REDUCERS | {"add"}
 
 
 @with_cause("reduction")

@@ -37,6 +37,7 @@ import numpy as np
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import reducer_opcode
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
@@ -56,27 +57,8 @@ _REPLICATED = HloSharding.replicate()
 
 PT = PrimitiveType
 
-#: Binary opcodes recognised as a reducer computation's root (commutative and associative).
-REDUCER_OPCODES = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
-
-
 # -- reducer analysis -------------------------------------------------------------------------
-def reducer_opcode(comp: Computation) -> str | None:
-    """The opcode of a reducer ``(x, y) -> op(x, y)`` over scalars, or None.
-
-    Only a root that applies one of ``REDUCER_OPCODES`` directly to the two parameters (in
-    either order) counts; anything else (argmax pairs, composite bodies) is unrecognised.
-    """
-    params = comp.parameters
-    root = comp.root
-    if len(params) != 2 or root is None or root.opcode not in REDUCER_OPCODES:
-        return None
-    if any(p.shape.rank != 0 or not p.shape.is_array for p in params):
-        return None
-    ops = root.operands
-    if len(ops) != 2 or {id(o) for o in ops} != {id(p) for p in params}:
-        return None
-    return root.opcode
+# ``reducer_opcode`` (re-exported here) is ir.opcodes' one recogniser of a reducer computation.
 
 
 def identity_value(opcode: str, element_type: PrimitiveType):

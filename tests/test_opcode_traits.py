@@ -1,0 +1,92 @@
+"""The opcode-traits table (ir/opcodes.py): the facts where copies used to disagree, decided
+by XLA (hlo_opcode.h arities, HloInstruction::HasSideEffectNoRecurse, IsElementwise)."""
+from __future__ import annotations
+
+import pytest
+
+from hlo_spmd.ir import opcodes
+from hlo_spmd.ir.opcodes import (ARITY, JAXLIB_ARITY, NO_OWN_BUFFER, REDUCERS, SIDE_EFFECTING,
+                                 TRAITS, reducer_opcode, traits)
+from hlo_spmd.ir.text_parser import parse_module
+
+
+def test_every_derived_set_is_a_subset_of_the_table():
+    for name in ("ELEMENTWISE", "COLLECTIVES", "SIDE_EFFECTING", "NO_OWN_BUFFER",
+                 "CONTROL_FLOW", "APPLIES", "TO_APPLY", "RESULT_ACCURACY", "LINEAR_OPS",
+                 "REDUCERS", "IDEMPOTENT_REDUCERS", "ASYNC_STARTS", "ASYNC_DONES"):
+        derived = getattr(opcodes, name)
+        assert derived and derived <= opcodes.ALL_OPCODES, name
+
+
+def test_side_effects_follow_xla():
+    # HasSideEffectNoRecurse: the *-done halves are side-effecting, after-all and the async
+    # wrappers are not by opcode (an async op is through its wrapped computation).
+    for op in ("all-reduce-done", "all-gather-done", "collective-permute-done", "send",
+               "recv-done", "infeed", "outfeed", "rng"):
+        assert op in SIDE_EFFECTING, op
+    for op in ("after-all", "async-start", "async-update", "async-done", "all-reduce", "add"):
+        assert op not in SIDE_EFFECTING, op
+
+
+def test_arity_hlo_opcode_h_versus_verifier():
+    # hlo_opcode.h (jaxlib 0.10.2) spells dot variadic; the verifier wants two operands.
+    assert traits("dot").arity is None and ARITY["dot"] == 2
+    assert JAXLIB_ARITY["dot"] is None
+    assert ARITY["async-update"] == 1 and ARITY["add"] == 2 and "tuple" not in ARITY
+    assert "atan" not in JAXLIB_ARITY and "atan" in TRAITS
+
+
+def test_no_own_buffer_includes_after_all():
+    assert {"tuple", "get-tuple-element", "bitcast", "opt-barrier", "add-dependency",
+            "after-all"} == NO_OWN_BUFFER
+
+
+def test_async_pairs():
+    assert opcodes.async_pair("all-reduce") == ("all-reduce-start", "all-reduce-done")
+    assert opcodes.async_pair("all-to-all") is None
+    assert "all-reduce" in opcodes.SYNC_COLLECTIVES
+    assert "all-reduce-start" not in opcodes.SYNC_COLLECTIVES
+
+
+REDUCER = """HloModule m
+r {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT c = s32[] OP(a, b)
+}
+ENTRY e {
+  x = s32[4] parameter(0)
+  z = s32[] constant(0)
+  ROOT y = s32[] reduce(x, z), dimensions={0}, to_apply=r
+}
+"""
+
+
+@pytest.mark.parametrize("op", sorted(REDUCERS))
+def test_reducer_recognised(op):
+    m = parse_module(REDUCER.replace("OP", op), "t")
+    assert reducer_opcode(m.computation("r")) == op
+
+
+@pytest.mark.parametrize("op", ["subtract", "divide", "power"])
+def test_non_reducer_not_recognised(op):
+    m = parse_module(REDUCER.replace("OP", op), "t")
+    assert reducer_opcode(m.computation("r")) is None
+
+
+def test_remove_dead_drops_dead_after_all_keeps_send():
+    m = parse_module("""HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  t = token[] after-all()
+  t2 = token[] after-all()
+  snd = (f32[4], u32[], token[]) send(x, t), channel_id=1
+  sd = token[] send-done(snd), channel_id=1
+  ROOT y = f32[4] negate(x)
+}
+""", "t")
+    entry = m.entry
+    entry.remove_dead()
+    names = {i.name for i in entry.instructions}
+    assert "t2" not in names
+    assert {"t", "snd", "sd", "y"} <= names
