@@ -81,3 +81,49 @@ def test_maximal_to_one_tiled_dim_is_one_reduce_scatter():
 
     assert run_case([8, 6], "{maximal device=1}", "{devices=[4,1]3,1,0,2}", 4) == \
         {"reduce-scatter": 1}
+
+
+@pytest.mark.parametrize("et,ebytes", [("s4", 0.5), ("u8", 1.0), ("bf16", 2.0), ("f32", 4.0)])
+@pytest.mark.parametrize("lhs,rhs,out", [
+    ("{devices=[1,4]<=[4]}", "{devices=[4,1]<=[4]}", "{replicated}"),          # all-reduce
+    ("{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", "{devices=[1,4]<=[4]}"),  # a gather
+])
+def test_dot_price_and_stats_agree_on_element_size(et, ebytes, lhs, rhs, out):
+    """4-, 8-, 16- and 32-bit types: the dot handler's element size (packed, as
+    ``Shape.byte_size``) prices the dot at the bytes ``stats`` counts in the program."""
+    from hlo_spmd.ir.primitive_types import element_bytes
+    from hlo_spmd.passes.partition.handlers.dot import _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_dims import DotDims
+    from hlo_spmd.passes.partition.handlers.dot_plan import Planner, Problem
+
+    text = f"""HloModule m, num_partitions=4
+
+ENTRY main {{
+  a = {et}[32,24] parameter(0), sharding={lhs}
+  b = {et}[24,16] parameter(1), sharding={rhs}
+  ROOT d = {et}[32,16] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, sharding={out}
+}}
+"""
+    module = parse_module(text)
+    dot = module.entry.root
+    assert _ebytes(dot.operands[0]) == element_bytes(dot.shape.element_type) == ebytes
+    sizes = (_ebytes(dot.operands[0]), _ebytes(dot.operands[1]), _ebytes(dot))
+    problem = Problem(DotDims.of(dot), (32, 24), (24, 16), parse_sharding(lhs),
+                      parse_sharding(rhs), parse_sharding(out), 4, sizes)
+    planned = Planner().plan(problem).cost.bytes
+    result = partition(module, 4, complete=True)
+    emitted = module_stats(result.module, 4).total_bytes_per_device
+    assert emitted > 0
+    assert planned == pytest.approx(emitted)
+
+
+@pytest.mark.parametrize("et", ["s4", "u8", "bf16", "f32"])
+def test_reshard_price_uses_packed_element_size(et):
+    from hlo_spmd.ir.shape_inference import array_shape
+    from hlo_spmd.ir.primitive_types import from_text
+    from hlo_spmd.passes.partition.handlers.slicing import itemsize
+
+    shape = array_shape(from_text(et), (8, 6))
+    src, dst = parse_sharding("{devices=[4,1]<=[4]}"), parse_sharding("{replicated}")
+    price = reshard_cost(shape.dims, itemsize(shape), src, dst, 4)
+    assert price == pytest.approx(shape.byte_size() * 3 / 4)

@@ -126,6 +126,13 @@ def bit_width(t: PrimitiveType | int) -> int:
     return width if width is not None else _BIT_WIDTH[PrimitiveType(t)]
 
 
+def element_bytes(t: PrimitiveType | int) -> float:
+    """Bytes per element with sub-byte types packed (s4 / u4 / f4: 0.5): ShapeUtil's
+    ByteSizeOfPrimitiveType on a packed layout. Every price and byte count uses this
+    (``Shape.byte_size`` is the same figure summed over an array and rounded up)."""
+    return bit_width(t) / 8.0
+
+
 def is_array_type(t: PrimitiveType | int) -> bool:
     return t in ARRAY_TYPES or PrimitiveType(t) in ARRAY_TYPES
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
@@ -1052,7 +1052,7 @@ def _replay(body: list[Step], start: Layout, intended: list[Layout], dims):
 
 
 def _itemsize(pv: PValue) -> float:
-    return bit_width(pv.base_shape.element_type) / 8.0
+    return element_bytes(pv.base_shape.element_type)
 
 
 def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,

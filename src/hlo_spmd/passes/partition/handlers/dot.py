@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
@@ -95,7 +95,7 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
         rhs = ctx.reshard(rhs, _REPLICATED)
     problem = Problem(dims, tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims),
                       lhs.sharding, rhs.sharding, work_target, ctx.num_devices,
-                      (_ebytes(lhs.hlo), _ebytes(rhs.hlo), _ebytes_type(inst.shape.element_type)))
+                      (_ebytes(lhs.hlo), _ebytes(rhs.hlo), element_bytes(inst.shape.element_type)))
     plan = _PLANNER.plan(problem)
     _record_plan(ctx, inst, plan)
     threshold = ctx.state.options.windowed_einsum_threshold_mib
@@ -269,12 +269,8 @@ def _adder(x: Instruction) -> str:
     return "or" if x.shape.element_type == PrimitiveType.PRED else "add"
 
 
-def _ebytes_type(et) -> int:
-    return max(1, bit_width(et) // 8)
-
-
-def _ebytes(x: Instruction) -> int:
-    return _ebytes_type(x.shape.element_type)
+def _ebytes(x: Instruction) -> float:
+    return element_bytes(x.shape.element_type)
 
 
 def mask_padding(ctx: PartitionContext, pv: PValue, dims: list[int]) -> PValue:

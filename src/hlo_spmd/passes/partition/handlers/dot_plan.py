@@ -59,7 +59,7 @@ class Problem(NamedTuple):
     rhs: HloSharding
     out: HloSharding
     n: int
-    ebytes: tuple[int, int, int]  # element bytes of lhs, rhs, output
+    ebytes: tuple[float, float, float]  # element bytes of lhs, rhs, output (packed)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -158,7 +158,7 @@ class Planner:
 
     # -- cost model ----------------------------------------------------------------------
     def reshard_bytes(self, shape: tuple[int, ...], src: HloSharding, dst: HloSharding,
-                      n: int, ebytes: int) -> float:
+                      n: int, ebytes: float) -> float:
         """Bytes per device ``reshard`` moves to go from ``src`` to ``dst``
         (``reshard.reshard_cost``, memoized per planner)."""
         if src == dst:

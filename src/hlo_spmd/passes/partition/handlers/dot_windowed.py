@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
@@ -63,8 +63,7 @@ def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Proble
         c = _window_dim(win, win_t, n)
         if c is None:
             continue
-        gathered = math.prod(win.base_shape.dims) * win.hlo.shape.byte_size() / \
-            max(1, math.prod(win.hlo.shape.dims))
+        gathered = math.prod(win.base_shape.dims) * element_bytes(win.hlo.shape.element_type)
         if gathered <= threshold_mib * 2 ** 20:
             continue
         kind, pos = _role(p, side, c)

@@ -13,7 +13,7 @@ from typing import Callable
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import ELEMENTWISE
-from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -83,7 +83,7 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
 
         def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
             shape = inst.shape if k is None else shapes[k]
-            size = bit_width(shape.element_type) / 8.0
+            size = element_bytes(shape.element_type)
             return reshard_cost(shape.dims, size, a, b, ctx.num_devices)
 
         sharding = compute_sharding(target, [values[i].sharding for i in full_rank], cost)

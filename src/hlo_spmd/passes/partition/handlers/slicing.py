@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import bit_width
+from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
@@ -125,7 +125,7 @@ def to_sharding(ctx: PartitionContext, pv: PValue, target: HloSharding) -> PValu
 
 # -- communication costs --------------------------------------------------------------------
 def itemsize(shape: Shape) -> float:
-    return bit_width(shape.element_type) / 8.0
+    return element_bytes(shape.element_type)
 
 
 def reshard_bytes(ctx: PartitionContext, src: HloSharding, dst: HloSharding,
