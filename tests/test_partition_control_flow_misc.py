@@ -13,7 +13,7 @@ pytest.importorskip("jax")
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.passes.partition import partition  # noqa: E402
-from hlo_spmd.passes.partition.context import PartitionError  # noqa: E402
+from hlo_spmd.errors import PartitionError  # noqa: E402
 from hlo_spmd.runtime import random_inputs, run_partitioned_detailed, verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402

@@ -34,3 +34,7 @@ class ShardingError(HloSpmdError):
 
 class VerifierError(HloSpmdError):
     """The module is structurally inconsistent (shapes, names, ids, called computations)."""
+
+
+class PartitionError(HloSpmdError):
+    """An internal partitioning failure; names the instruction it happened on."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from hlo_spmd.collectives.factory import CollectiveFactory
 from hlo_spmd.collectives.groups import DeviceGrouping
-from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.errors import PartitionError
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.clone import clone_computation
 from hlo_spmd.ir.computation import Computation
@@ -55,10 +55,6 @@ class PartitionReport(Record):
         self.unsharded_inputs = [] if unsharded_inputs is None else unsharded_inputs
         self.handler_of = {} if handler_of is None else handler_of
         self.causes = causes  # causes.CauseLog: why each output collective exists
-
-
-class PartitionError(HloSpmdError):
-    """An internal partitioning failure; names the instruction it happened on."""
 
 
 class PartitionOptions(Record):

@@ -11,13 +11,13 @@ from typing import Sequence
 
 from hlo_spmd.collectives.factory import CollectiveFactory
 from hlo_spmd.collectives.groups import DeviceGrouping
-from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.errors import HloSpmdError, PartitionError
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionError,
-                                               PartitionOptions, PartitionReport)
+from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
+                                               PartitionReport)
 from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
+from hlo_spmd.errors import PartitionError
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
@@ -90,8 +91,6 @@ def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) 
             # Inside a manual region shapes are already local: a whole value (a constant,
             # an iota) is every device's manual value as it is.
             return PValue(pv.hlo, pv.base_shape, target)
-        from hlo_spmd.passes.partition.context import PartitionError
-
         raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",
                              f"instruction {pv.hlo.name}")
     from hlo_spmd.passes.partition import unreduced  # partial sums: their own routes

@@ -5,7 +5,8 @@ import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.causes import with_cause
-from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.errors import PartitionError
+from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, handles, handles_custom_call

@@ -26,7 +26,8 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
-from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.errors import PartitionError
+from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, DotDims, data_tiles,
                                                        is_plain, manual_groups)

@@ -47,7 +47,8 @@ from hlo_spmd.ir.builder import Builder, next_channel_id
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
-from hlo_spmd.passes.partition.context import PartitionContext, PartitionError
+from hlo_spmd.errors import PartitionError
+from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS, custom_call_by_target
 from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.handlers.control_flow import normalize
