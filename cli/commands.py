@@ -307,6 +307,34 @@ def diff(a: str, b: str, show_all: bool, mesh: str | None, as_json: bool) -> Non
 
 
 @cli.command()
+@click.argument("opcode", metavar="[OPCODE]", required=False)
+@_JSON
+def rules(opcode: str | None, as_json: bool) -> None:
+    """For every opcode and custom-call target (or only OPCODE / a target): its forward and
+    backward completion rules and its partition handler (module and function), read from
+    the rule and handler registries."""
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.passes.rules import rules_table
+
+    rows = rules_table(opcode)
+    if opcode is not None and not rows:
+        raise HloSpmdError(f"{opcode!r} is neither an opcode nor a custom-call target with "
+                           "a rule (see `hlo-spmd rules`)")
+    if as_json:
+        from hlo_spmd_cli.common import write_json
+
+        write_json([r.as_dict() for r in rows], "-")
+        return
+    from hlo_spmd_cli.render import emit_table
+
+    prefix = "hlo_spmd.passes.partition.handlers."
+    emit_table(None, ["kind", "name", "forward", "backward", "handler"],
+               [[r.kind, r.name, r.forward, r.backward,
+                 r.handler_module.removeprefix(prefix) + "." + r.handler_function]
+                for r in rows])
+
+
+@cli.command()
 @click.argument("src", metavar="IN")
 @click.option("--compare", "other", default=None, metavar="OTHER",
               help="A second partitioned module (e.g. XLA's) to show side by side.")

@@ -9,7 +9,10 @@ from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE
 from hlo_spmd.passes.propagation.backward import ALWAYS_PASS_THROUGH, BACKWARD_RULES
 from hlo_spmd.passes.propagation.engine import SPATIAL_OPCODES
 from hlo_spmd.passes.propagation.forward import FORWARD_RULES
-from hlo_spmd.passes.propagation.graph import ALIASES
+from hlo_spmd.passes.propagation.sdy_manual import SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL
+from hlo_spmd.passes.propagation.graph import (ALIASES, FULL_TO_SHARD, PASSTHROUGH_ALWAYS,
+                                              PASSTHROUGH_SAME_RANK, SDY_BARRIER,
+                                              SDY_SHARDING_GROUP, SHARD_TO_FULL, SHARDING)
 
 ELEMENTWISE_LIKE = ELEMENTWISE | {"rng"}
 
@@ -52,3 +55,30 @@ def backward_rule(opcode: str) -> str:
 def rule_coverage() -> dict[str, tuple[str, str]]:
     """opcode -> (forward rule, backward rule) for every opcode the IR knows."""
     return {op: (forward_rule(op), backward_rule(op)) for op in sorted(ALL_OPCODES)}
+
+
+def custom_call_rule(target: str) -> tuple[str, str]:
+    """(forward, backward) rule of a custom-call with ``target``, as ``forward_rule``."""
+    backward = backward_rule("custom-call")
+    if target == SHARDING:
+        return forward_rule("copy") + " (a Sharding annotation is a copy)", backward_rule("copy")
+    if target in (FULL_TO_SHARD, SHARD_TO_FULL):
+        return "manual boundary: its sharding is the annotation's", backward
+    if target in (SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL):
+        return ("Shardy manual boundary: its sharding with open dims refined (sdy_manual)",
+                backward)
+    if target == SDY_BARRIER:
+        return ("custom_call: operand 0, when xla.sdy.allowed_direction lets it forward",
+                backward + ", when xla.sdy.allowed_direction lets it backward")
+    if target in PASSTHROUGH_ALWAYS:
+        return "custom_call: operand 0 (passthrough)", backward
+    if target in PASSTHROUGH_SAME_RANK:
+        return "custom_call: operand 0 (passthrough when the ranks match)", backward
+    if target == SDY_SHARDING_GROUP:
+        return "sharding group: its operands share one sharding (ProcessShardingInstruction)", backward
+    return "none (unsupported)", backward
+
+
+#: Custom-call targets propagation treats specially.
+CUSTOM_CALL_TARGETS = frozenset({SHARDING, FULL_TO_SHARD, SHARD_TO_FULL, SDY_BARRIER,
+                                 SDY_SHARDING_GROUP, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL}) | PASSTHROUGH_ALWAYS | PASSTHROUGH_SAME_RANK
