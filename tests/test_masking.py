@@ -20,6 +20,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd import runtime as rt  # noqa: E402
 from hlo_spmd.collectives.factory import CollectiveFactory  # noqa: E402
+from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.collectives.groups import DeviceGrouping  # noqa: E402
 from hlo_spmd.ir.builder import Builder  # noqa: E402
 from hlo_spmd.ir.computation import Computation  # noqa: E402
@@ -104,7 +105,8 @@ class Program:
         self.b = Builder(comp)
         state = ModuleState(self.module, self.module, n, PartitionReport())
         self.ctx = PartitionContext(state, self.b,
-                                    CollectiveFactory(self.b, DeviceGrouping(self.groups)))
+                                    CollectiveFactory(self.b, DeviceGrouping(self.groups),
+                                                      CauseLog()))
         base = Shape.array(et, dims)
         local = tile_shape(sharding, dims) if sharding.is_tiled else tuple(dims)
         self.param = self.b.parameter(0, base.with_dims(local), name="p")

@@ -59,7 +59,7 @@ def _table_of(inst) -> list[int]:
 
 def test_logical_table_memo_keys_on_grouping():
     _, b = _module()
-    flat = CollectiveFactory(b, DeviceGrouping.flat(4))
+    flat = CollectiveFactory(b, DeviceGrouping.flat(4), CauseLog())
     swapped = flat.with_grouping(DeviceGrouping(np.array([[1, 0], [3, 2]], dtype=np.int64)))
     values = np.array([5, 7], dtype=np.int64)
     a = swapped.logical_table_lookup(values)

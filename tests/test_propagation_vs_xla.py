@@ -18,7 +18,7 @@ Per fixture: at least 95% of the compared instructions agree (semantic sharding
 equality), and every remaining disagreement is explained in ``KNOWN_DIFFERENCES``.
 
 Run ``pytest -s tests/test_propagation_vs_xla.py`` to see the per-fixture table, or
-``python -m hlo_spmd.runtime.xla_reference --agreement fixtures/hlo -v``.
+``python benchmarks/xla_agreement.py --agreement fixtures/hlo -v``.
 """
 from __future__ import annotations
 

@@ -59,6 +59,7 @@ def _context(n: int, groups=None):
     import numpy as np
 
     from hlo_spmd.collectives.factory import CollectiveFactory
+    from hlo_spmd.passes.partition.causes import CauseLog
     from hlo_spmd.collectives.groups import DeviceGrouping
     from hlo_spmd.ir.builder import Builder
     from hlo_spmd.ir.computation import Computation
@@ -72,7 +73,7 @@ def _context(n: int, groups=None):
     b = Builder(comp)
     grouping = DeviceGrouping.flat(n) if groups is None else DeviceGrouping(np.asarray(groups))
     return PartitionContext(ModuleState(out, out, n, PartitionReport()), b,
-                            CollectiveFactory(b, grouping))
+                            CollectiveFactory(b, grouping, CauseLog()))
 
 
 def test_reverse_direction_is_remembered():

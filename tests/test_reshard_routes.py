@@ -23,6 +23,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd import runtime as rt  # noqa: E402
 from hlo_spmd.collectives.factory import CollectiveFactory  # noqa: E402
+from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.collectives.groups import DeviceGrouping  # noqa: E402
 from hlo_spmd.ir.builder import Builder  # noqa: E402
 from hlo_spmd.ir.computation import Computation  # noqa: E402
@@ -309,7 +310,7 @@ def run_grouped(dims, src, dst, groups: np.ndarray):
     out.entry = comp
     b = Builder(comp)
     state = ModuleState(out, out, n, PartitionReport())
-    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping(groups)))
+    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping(groups), CauseLog()))
     assert not ctx.grouping.is_flat and ctx.num_devices == m
     base = Shape.array(PrimitiveType.F32, dims)
     param = b.parameter(0, base.with_dims(tile_shape(src, dims)) if src.is_tiled else base,

@@ -8,7 +8,7 @@ per-device values (offsets, masks) from ``partition-id`` through constant tables
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -60,11 +60,10 @@ _PHYSICAL_TABLES = BoundedMemo(4096)
 
 
 class CollectiveFactory:
-    def __init__(self, builder: Builder, grouping: DeviceGrouping, log=None) -> None:
-        if log is None:  # (derived factories share their parent's log)
-            from hlo_spmd.passes.partition.causes import CauseLog
-
-            log = CauseLog()
+    def __init__(self, builder: Builder, grouping: DeviceGrouping, log: Any) -> None:
+        # ``log``: the caller's record of why each collective exists (the partitioner's
+        # ``causes.CauseLog``; anything with ``note(instruction) -> instruction``), passed
+        # in so this layer imports nothing of the passes; derived factories share it.
         self.b = builder
         self.grouping = grouping
         self.log = log  # why each collective exists

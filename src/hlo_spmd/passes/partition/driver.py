@@ -16,6 +16,7 @@ from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
+from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
                                                PartitionReport)
 from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES
@@ -177,7 +178,8 @@ def partition_module(module: Module, num_partitions: int,
     out.add_computation(entry)
     out.entry = entry
     b = Builder(entry)
-    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping.flat(num_partitions)))
+    ctx = PartitionContext(state, b, CollectiveFactory(b, DeviceGrouping.flat(num_partitions),
+                                                       CauseLog()))
     state.report.causes = ctx.f.log
 
     param_shardings: list[HloSharding] = []
