@@ -1190,7 +1190,6 @@ _HLO_TEXT = sorted(glob.glob(str(FIXTURES / "handwritten" / "*.hlo")))
 @pytest.mark.skipif(not _HLO_TEXT, reason="no handwritten fixtures")
 @pytest.mark.parametrize("path", _HLO_TEXT, ids=[os.path.basename(p) for p in _HLO_TEXT])
 def test_handwritten_fixture_normalizes(path):
-    pytest.importorskip("hlo_spmd.ir.text_parser", reason="HLO text parser not available yet")
     from hlo_spmd.ir.io import load_module
     m = load_module(path)
     rep = normalize_annotations(m, path)

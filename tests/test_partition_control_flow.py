@@ -332,18 +332,8 @@ def test_call_one_copy_per_sharding_signature(n):
 
 
 # -- fixtures -------------------------------------------------------------------------------
-def _has_completion() -> bool:
-    try:
-        from hlo_spmd.passes.propagation import propagate  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("name", ["while_loop", "conditional"])
 def test_fixture_partitions_and_verifies(name):
-    if not _has_completion():
-        pytest.skip("sharding completion (passes/propagation) is not available")
     path = FIXTURES / f"{name}.pb"
     original = path.read_bytes()
     result = partition(load_module(path), 8, complete=False)

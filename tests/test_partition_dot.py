@@ -371,10 +371,6 @@ def test_instruction_count_independent_of_device_count(index):
 # -- fixtures (completion by sharding propagation) -----------------------------------------
 @pytest.mark.parametrize("name", ["dot_variants", "mlp_2d_megatron", "mlp_dp"])
 def test_fixtures(name):
-    try:
-        from hlo_spmd.passes.propagation import propagate  # noqa: F401
-    except ImportError:
-        pytest.skip("sharding completion is not available")
     from hlo_spmd.runtime import verify
 
     path = FIXTURES / f"{name}.pb"

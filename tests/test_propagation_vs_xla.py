@@ -22,7 +22,6 @@ Run ``pytest -s tests/test_propagation_vs_xla.py`` to see the per-fixture table,
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from hlo_spmd.runtime import ensure_host_devices
 ensure_host_devices(8)  # before jax creates its backends
 jax = pytest.importorskip("jax")
 
+from hlo_spmd.passes.propagation import propagate  # noqa: E402
 from hlo_spmd.runtime import xla_reference as xr  # noqa: E402
 from hlo_spmd.sharding import HloSharding  # noqa: E402
 
@@ -70,17 +70,6 @@ NO_GSPMD_REFERENCE = {
         "(tests/test_sdy_priorities.py)",
 }
 
-try:
-    _propagation = importlib.import_module("hlo_spmd.passes.propagation")
-    propagate = getattr(_propagation, "propagate")
-    PROPAGATION_MISSING = ""
-except (ImportError, AttributeError) as exc:  # the package is being written
-    propagate = None
-    PROPAGATION_MISSING = f"hlo_spmd.passes.propagation.propagate is not available yet ({exc})"
-
-needs_propagation = pytest.mark.skipif(bool(PROPAGATION_MISSING),
-                                       reason=PROPAGATION_MISSING or "n/a")
-
 
 def dumps(case: xr.FixtureCase) -> xr.XlaDumps:
     """XLA's GSPMD dumps of the fixture (disk-cached)."""
@@ -111,7 +100,6 @@ def _failure_table(case, report: xr.AgreementReport, result, unexplained) -> str
 
 
 # ------------------------------------------------------------------- the acceptance test
-@needs_propagation
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_propagation_agrees_with_xla(case):
     if case.name in NO_GSPMD_REFERENCE:
@@ -127,7 +115,6 @@ def test_propagation_agrees_with_xla(case):
                 + _failure_table(case, report, result, unexplained))
 
 
-@needs_propagation
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_propagation_shards_every_instruction_xla_shards(case):
     """No holes: wherever XLA has a sharding, ours has one too."""
@@ -229,23 +216,18 @@ def _open_annotations(module) -> set[str]:
 
 
 def test_agreement_summary():
-    """Per-fixture table (visible with ``pytest -s``): ours against XLA when the
-    propagation exists, else the identity baseline (XLA's unpropagated input)."""
+    """Per-fixture table (visible with ``pytest -s``): ours against XLA."""
     rows = []
     for case in CASES:
         d = dumps(case)
         xla = d.propagated.module()
-        if propagate is not None:
-            try:
-                ours, _ = run_ours(case)
-            except Exception as exc:  # shown in the table; the per-fixture test fails
-                rows.append((case.name, f"ERROR {type(exc).__name__}: {exc}"[:100]))
-                continue
-        else:
-            ours = d.input.module()
+        try:
+            ours, _ = run_ours(case)
+        except Exception as exc:  # shown in the table; the per-fixture test fails
+            rows.append((case.name, f"ERROR {type(exc).__name__}: {exc}"[:100]))
+            continue
         rows.append((case.name, xr.compare_modules(ours, xla,
                                                    num_devices=case.num_partitions)))
-    title = ("our propagation vs XLA sharding-propagation" if propagate is not None else
-             f"BASELINE (unpropagated input) vs XLA - {PROPAGATION_MISSING}")
+    title = "our propagation vs XLA sharding-propagation"
     print(f"\n{title}\n{xr.format_agreement_table(rows)}")
     assert len(rows) == len(CASES)

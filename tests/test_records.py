@@ -39,8 +39,8 @@ def test_default_containers_are_per_instance():
 
 def test_extra_slot_outside_equality_and_repr():
     r = PartitionReport()
-    assert getattr(r, "dot_plans", None) is None
-    r.dot_plans = {"d": "plan"}  # type: ignore[attr-defined]
+    assert r.dot_plans == {}
+    r.dot_plans["d"] = "plan"
     assert r == PartitionReport() and "dot_plans" not in repr(r)
 
 

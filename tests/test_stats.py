@@ -213,10 +213,7 @@ def _xla_partitioned(path: Path, n: int):
 
     ensure_host_devices(8)
     pytest.importorskip("jax")
-    try:
-        from hlo_spmd.runtime.xla_reference import xla_partitioned_module
-    except ImportError:
-        pytest.skip("runtime.xla_reference is not available")
+    from hlo_spmd.runtime.xla_reference import xla_partitioned_module
     from hlo_spmd.ir.io import load_module_bytes
 
     return load_module_bytes(xla_partitioned_module(path.read_bytes(), n))

@@ -333,7 +333,6 @@ def test_errors():
 
 
 def test_text_parser_reads_completion_dumps_like_the_proto():
-    pytest.importorskip("hlo_spmd.ir.text_parser")
     for name in DUMPED:
         d = dumps(name)
         assert xr.module_shardings(d.propagated.module(from_text=True)) == \

@@ -69,15 +69,12 @@ def partition(module: Module, num_partitions: int | None = None, *,
     annotations = normalize_annotations(module)
     n = infer_num_partitions(module, num_partitions)
     if not complete:
-        try:
-            from hlo_spmd.passes.propagation import propagate
-        except ImportError:  # completion not available: unannotated means replicated
-            propagate = None
-        if propagate is not None:
-            # The report just made: nothing changed the module since (saves a second
-            # normalization pass inside propagate).
-            propagate(module, annotations=annotations)
-            debug_verify(module, "sharding completion")
+        from hlo_spmd.passes.propagation import propagate
+
+        # The report just made: nothing changed the module since (saves a second
+        # normalization pass inside propagate).
+        propagate(module, annotations=annotations)
+        debug_verify(module, "sharding completion")
     out, report = partition_module(module, n, options)
     if verify:
         from hlo_spmd.ir.verifier import verify_module

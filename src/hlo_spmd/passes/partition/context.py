@@ -3,8 +3,6 @@ collective factory (with the current device grouping), the partitioned values of
 already-handled instructions, and the report of what was done."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from hlo_spmd.collectives.factory import CollectiveFactory
@@ -26,9 +24,6 @@ from hlo_spmd.sharding import HloSharding, tile_shape
 # fresh one per instruction cost an allocation, and ``s is target`` tests hit first).
 _REPLICATED = HloSharding.replicate()
 
-if TYPE_CHECKING:
-    pass
-
 
 _LOCAL_SHAPES = BoundedMemo(1 << 15)  # (id(shape), sharding) -> (shape, local shape)
 
@@ -39,8 +34,8 @@ class PartitionReport(Record):
     """What the partitioner did that a user may want to know."""
     __match_args__ = ("replicated_fallbacks", "unknown_custom_calls", "unsharded_inputs",
                       "handler_of", "causes")
-    # + ``dot_plans``: set by the dot handler (handlers/dot.py) when it records a plan;
-    # outside equality and repr, as the dataclass's extra attribute was.
+    # + ``dot_plans``: instruction name -> the dot handler's chosen plan (handlers/dot.py);
+    # outside equality and repr.
     __slots__ = __match_args__ + ("dot_plans",)
 
     def __init__(self, replicated_fallbacks: list[tuple[str, str]] | None = None,
@@ -55,6 +50,7 @@ class PartitionReport(Record):
         self.unsharded_inputs = [] if unsharded_inputs is None else unsharded_inputs
         self.handler_of = {} if handler_of is None else handler_of
         self.causes = causes  # causes.CauseLog: why each output collective exists
+        self.dot_plans: dict[str, str] = {}
 
 
 class PartitionOptions(Record):

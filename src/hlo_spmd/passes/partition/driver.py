@@ -1,6 +1,6 @@
 """Partitioning driver: build the per-device module from a completed one.
 
-The output contract (design.md): one program for all devices; entry parameters have the
+The output contract (README.md, "Commands"): one program for all devices; entry parameters have the
 per-device shape ceil(dim/tiles) of their sharding, padded at the end; entry parameters
 and root carry ``sharding={manual}`` so XLA compiles the program as written; the global
 shardings are recorded in ``spmd_parameters_shardings`` / ``spmd_output_sharding``.

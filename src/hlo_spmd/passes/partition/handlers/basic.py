@@ -1,8 +1,6 @@
 """Parameters, constants, tuples, annotation custom-calls, and the replicated fallback."""
 from __future__ import annotations
 
-import numpy as np
-
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.errors import PartitionError
@@ -166,4 +164,4 @@ def _replicated_like(s: HloSharding, shape) -> HloSharding:
     return HloSharding.replicate()
 
 
-__all__ = ["handle_replicated", "CUSTOM_CALLS", "np"]
+__all__ = ["handle_replicated", "CUSTOM_CALLS"]

@@ -237,11 +237,7 @@ def _partition_in_manual_groups(ctx: PartitionContext, inst: Instruction, dims: 
 
 def _record_plan(ctx: PartitionContext, inst: Instruction, plan: Plan) -> None:
     """Remember the chosen strategy on the report (``report.dot_plans[name]``)."""
-    report = ctx.state.report
-    plans = getattr(report, "dot_plans", None)
-    if plans is None:
-        plans = {}
-        setattr(report, "dot_plans", plans)
+    plans = ctx.state.report.dot_plans
     if inst.name not in plans:
         # Plans are shared by every dot with the same problem: describe each once (the
         # text holds sharding strings). The entry keeps the plan, so its id stays unique.
