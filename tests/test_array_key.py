@@ -63,3 +63,18 @@ def test_transposed_and_contiguous_copies_agree():
     a = np.arange(4096, dtype=np.int64).reshape(64, 64)
     assert array_token(a.T) == array_token(np.ascontiguousarray(a.T))
     assert array_token(a.T) != array_token(a)
+
+
+def test_intern_table_is_bounded_and_tokens_never_reused(monkeypatch):
+    from hlo_spmd.sharding import array_key
+
+    monkeypatch.setattr(array_key, "_INTERNED_LIMIT", 8)
+    monkeypatch.setattr(array_key, "_INTERNED", {})
+    monkeypatch.setattr(array_key, "_interned_count", 0)
+    values = [np.full(1024, v, np.int64) for v in range(40)]
+    tokens = [array_token(v) for v in values]
+    assert sum(len(b) for b in array_key._INTERNED.values()) <= 8
+    assert len(set(tokens)) == len(tokens)          # distinct values, distinct tokens
+    assert array_token(values[-1].copy()) == tokens[-1]   # still interned: same token
+    again = array_token(values[0].copy())           # cleared since: a new token, no clash
+    assert again not in tokens[1:]

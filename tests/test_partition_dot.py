@@ -56,7 +56,7 @@ def collectives(module) -> Counter:
 
 
 def run(text: str, n: int, check: bool = True):
-    """Partition (complete=True) and verify on n devices; returns the PartitionResult."""
+    """Partition (complete=True) and verify on n devices; returns the PartitionedModule."""
     from hlo_spmd.runtime import verify
 
     module = parse_module(text)

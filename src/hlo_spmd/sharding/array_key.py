@@ -10,8 +10,15 @@ one is interned, once per distinct value, under a fingerprint numpy computes in 
 (a dot product with fixed weights), equal values getting the same token (a clash of
 fingerprints only costs one exact comparison when a new value is interned). A read-only
 array asked about again is answered by identity, without a pass over it.
+
+Both tables are bounded (a long-lived process partitions many modules): when the intern
+table is full it is emptied, and a value interned again gets a new serial number. A token
+is never reused for another value, so a memo keyed on tokens can only miss, never answer
+for the wrong array.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -61,17 +68,21 @@ def _frozen(a: np.ndarray) -> bool:
         a = base
 
 
-# (shape, dtype, fingerprint) -> the distinct frozen arrays interned under it; a value's
-# token is its place in that list, so tokens are never reused.
-_INTERNED: dict[tuple, list[np.ndarray]] = {}
+# (shape, dtype, fingerprint) -> the distinct frozen arrays interned under it, each with
+# its token (the key plus a process-wide serial number: never reused).
+_INTERNED: dict[tuple, list[tuple[np.ndarray, tuple]]] = {}
+_INTERNED_LIMIT = 1 << 12  # arrays held (each of more than _SMALL bytes)
+_interned_count = 0
+_SERIAL = itertools.count()
 # id(read-only array) -> (the array, its token): the array is held, so its id stays its own.
 _BY_ID: dict[int, tuple[np.ndarray, tuple]] = {}
 _BY_ID_LIMIT = 1 << 14
 
 
 def array_token(array: np.ndarray) -> tuple:
-    """A small hashable tuple naming ``array``'s value: two arrays get equal tokens exactly
-    when their shapes, dtypes and elements are equal."""
+    """A small hashable tuple naming ``array``'s value: equal tokens mean equal shapes,
+    dtypes and elements; equal values get equal tokens while the value stays interned."""
+    global _interned_count
     a = np.asarray(array)
     if a.nbytes <= _SMALL:
         return (a.shape, a.dtype.str, a.tobytes())
@@ -82,18 +93,21 @@ def array_token(array: np.ndarray) -> tuple:
             return hit[1]
     flat = np.ascontiguousarray(a).reshape(-1)
     fp = (a.shape, a.dtype.str, _fingerprint(flat))
-    bucket = _INTERNED.get(fp)
-    if bucket is None:
-        bucket = _INTERNED[fp] = []
-    for i, other in enumerate(bucket):
+    bucket = _INTERNED.get(fp, ())
+    for other, other_token in bucket:
         if np.array_equal(other, a):
-            token = fp + (i,)
+            token = other_token
             break
     else:
+        if _interned_count >= _INTERNED_LIMIT:
+            _INTERNED.clear()
+            _interned_count = 0
+        bucket = _INTERNED.setdefault(fp, [])
         kept = a if frozen else a.copy()
         kept.flags.writeable = False
-        bucket.append(kept)
-        token = fp + (len(bucket) - 1,)
+        token = fp + (next(_SERIAL),)
+        bucket.append((kept, token))
+        _interned_count += 1
     if frozen:
         if len(_BY_ID) >= _BY_ID_LIMIT:
             _BY_ID.clear()

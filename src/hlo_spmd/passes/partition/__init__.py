@@ -8,7 +8,10 @@ from hlo_spmd.passes.partition.driver import partition_module
 from hlo_spmd.records import Record
 
 
-class PartitionResult(Record):
+class PartitionedModule(Record):
+    """What the pass pipeline returns: the per-device module, the device count and the
+    pass-level ``PartitionReport`` (``hlo_spmd.PartitionResult``, the API's result, adds
+    the report dict and warnings built from it)."""
     # A records.Record: a dataclass costs ~0.4-0.8 ms to create at import.
     __match_args__ = ("module", "num_partitions", "report")
     __slots__ = __match_args__
@@ -58,8 +61,10 @@ def debug_verify(module: Module, after: str) -> None:
 
 def partition(module: Module, num_partitions: int | None = None, *,
               complete: bool = False, verify: bool = True,
-              options: PartitionOptions | None = None) -> PartitionResult:
-    """Complete the shardings (unless ``complete``) and partition ``module``."""
+              options: PartitionOptions | None = None) -> PartitionedModule:
+    """Complete the shardings (unless ``complete``) and partition ``module`` in place (the
+    pass pipeline; ``hlo_spmd.partition`` is the API over it, which loads or copies its
+    input and builds the report)."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.passes.inline_calls import inline_calls
 
@@ -80,4 +85,4 @@ def partition(module: Module, num_partitions: int | None = None, *,
         from hlo_spmd.ir.verifier import verify_module
 
         verify_module(out)
-    return PartitionResult(out, n, report)
+    return PartitionedModule(out, n, report)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 BackRule = Callable[["Propagator", Instruction, Instruction], "HloSharding | None"]
-sp = is_spatially_partitioned
 
 
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
@@ -58,7 +57,7 @@ def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
     min_level, rule, _, blocked = facts or p.user_rule(user)
     if min_level and not p.at_least(min_level, level):
         return None
-    if not sp(user.sharding):
+    if not is_spatially_partitioned(user.sharding):
         return None
     if blocked:
         return None
@@ -166,7 +165,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
         if t is not None:
             sharding = t
     other = dot_inst.operands[1 - k]
-    if sp(other.sharding):
+    if is_spatially_partitioned(other.sharding):
         rep = partial_replicate(other.sharding, other_rep_dims)
         other_to_op = [-1] * other_rank
         op_to_other = [-1] * op_rank
@@ -317,14 +316,14 @@ def scatter(p: "Propagator", inst: Instruction, user: Instruction) -> HloShardin
     idx = gs.scatter_indices(user)
     updates = gs.scatter_updates(user)
     if inst is idx:
-        parted = [u for u in updates if sp(u.sharding)]
+        parted = [u for u in updates if is_spatially_partitioned(u.sharding)]
         if not parted:
             return None
         return ops.find_common_sharding([gs.scatter_index_from_update(u.sharding, user)
                                          for u in parted])
     k = next(i for i, u in enumerate(updates) if u is inst)
-    from_indices = gs.scatter_update_from_index(idx.sharding, user) if sp(idx.sharding) \
-        else HloSharding.replicate()
+    from_indices = gs.scatter_update_from_index(idx.sharding, user) \
+        if is_spatially_partitioned(idx.sharding) else HloSharding.replicate()
     out = ops.sub_sharding(user.sharding, user.shape, k) if user.sharding.is_tuple \
         else user.sharding
     from_output = gs.scatter_update_from_output(out, user, p.graph.callers)

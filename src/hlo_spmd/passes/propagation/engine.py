@@ -21,7 +21,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.propagation import backward as bw
 from hlo_spmd.passes.propagation import forward as fw
 from hlo_spmd.passes.propagation import graph as g
-from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import provenance as prov
 from hlo_spmd.passes.propagation import sdy_manual
 from hlo_spmd.passes.propagation import shard_groups as sg
 from hlo_spmd.passes.propagation import sharding_ops as ops
@@ -34,7 +34,7 @@ from hlo_spmd.passes.propagation.unchanged import (BACKWARD_READS_USER_ONLY, BW,
                                                    UnchangedMemo)
 from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
-from hlo_spmd.sharding import is_spatially_partitioned as sp
+from hlo_spmd.sharding import is_spatially_partitioned
 from hlo_spmd.sharding.unreduced import reduce_all
 
 LEVELS = (0, 1, 2, 3, 3)
@@ -53,7 +53,7 @@ SPATIAL_OPCODES = frozenset({
 class Propagator:
     """State of one propagation run over a module (shardings live on the instructions)."""
 
-    def __init__(self, module: Module, graph: Graph, recorder: pv.Recorder, *,
+    def __init__(self, module: Module, graph: Graph, recorder: prov.Recorder, *,
                  to_output: bool, to_params: bool, annotations=None) -> None:
         self.module = module
         self.graph = graph
@@ -166,7 +166,7 @@ class Propagator:
     def _verdict(cand: HloSharding, cur: HloSharding | None, shape, linear: bool,
                  may_combine, allow: bool) -> Verdict:
         if cand.is_tuple and not shape.is_tuple:
-            return Verdict(None, pv.INCOMPATIBLE)
+            return Verdict(None, prov.INCOMPATIBLE)
         cand = ops.normalize_tuple(cand, shape)
         if not linear:  # partial sums flow through linear ops only
             cand = reduce_all(cand)
@@ -207,7 +207,7 @@ class Propagator:
         """MaybeImproveInstructionSubSharding (tuple element ``index``)."""
         new = improved_sub(cand, inst.sharding, inst.shape, index, self._may_combine, allow)
         if new is None:
-            self.reject(inst, cand, rule, sources, pv.NOT_FINER)
+            self.reject(inst, cand, rule, sources, prov.NOT_FINER)
             return False
         self.set(inst, new, rule, sources)
         return True
@@ -368,7 +368,7 @@ class Propagator:
             # (``bw.operand_from_user``, inlined: asked per user per visit)
             elif min_level and not self.at_least(min_level):
                 continue
-            elif blocked or not sp(user.sharding):
+            elif blocked or not is_spatially_partitioned(user.sharding):
                 continue
             else:
                 us = rule(self, inst, user)

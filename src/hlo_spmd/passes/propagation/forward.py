@@ -15,7 +15,7 @@ from hlo_spmd.passes.propagation import gather_scatter as gs
 from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.dims import DotDims, conv_kernel_is_small, window_has
-from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import provenance as prov
 from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, is_subtiling,
                                merge_sharding, partial_replicate, partial_replicate_all_except,
                                propagate_through_reshape, replicate_all_data_dims, reverse_sharding,
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 Rule = Callable[["Propagator", Instruction], bool]
-sp = is_spatially_partitioned
 
 # PickRepresentativeOperand: opcodes whose result follows operand 0 (when it is sharded).
 FIRST_OPERAND = frozenset({
@@ -57,7 +56,7 @@ def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | Non
     return None
 
 
-def _nru1(p: "Propagator", inst: Instruction) -> bool:
+def _one_non_root_user(p: "Propagator", inst: Instruction) -> bool:
     return p.graph.non_root_users(inst) == 1
 
 
@@ -82,15 +81,15 @@ def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:
         return _follow_representative(p, inst, "elementwise.forward")
     changed = False
     operands = inst.operands
-    single = len(operands) == 1 and _nru1(p, inst)
+    single = len(operands) == 1 and _one_non_root_user(p, inst)
     rng = inst.opcode == "rng"
     for op in operands:
         s = op.sharding
-        if not sp(s):
+        if not is_spatially_partitioned(s):
             continue
         if rng:
             cand = replicate_all_data_dims(s, inst.shape.rank)
-            changed |= p.improve(inst, cand, "rng.forward", (op,), _nru1(p, inst))
+            changed |= p.improve(inst, cand, "rng.forward", (op,), _one_non_root_user(p, inst))
             continue
         changed |= p.improve(inst, s, "elementwise.forward", (op,), single)
     return changed
@@ -98,9 +97,9 @@ def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:
 
 def _follow_representative(p: "Propagator", inst: Instruction, rule: str) -> bool:
     op = pick_representative(p, inst)
-    if op is None or not sp(op.sharding):
+    if op is None or not is_spatially_partitioned(op.sharding):
         return False
-    return p.improve(inst, op.sharding, rule, (op,), _nru1(p, inst))
+    return p.improve(inst, op.sharding, rule, (op,), _one_non_root_user(p, inst))
 
 
 def unsupported_rule(p: "Propagator", inst: Instruction) -> bool:
@@ -119,17 +118,17 @@ def unsupported_rule(p: "Propagator", inst: Instruction) -> bool:
 
 def get_tuple_element(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
-    if not sp(op.sharding):
+    if not is_spatially_partitioned(op.sharding):
         return False
     new = ops.sub_sharding(op.sharding, op.shape, inst.tuple_index)
     if new.is_manual:
         p.set(inst, new, "get-tuple-element.forward(manual)", (op,))
         return True
-    return p.improve(inst, new, "get-tuple-element.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, new, "get-tuple-element.forward", (op,), _one_non_root_user(p, inst))
 
 
 def tuple_rule(p: "Propagator", inst: Instruction) -> bool:
-    if not any(sp(op.sharding) for op in inst.operands):
+    if not any(is_spatially_partitioned(op.sharding) for op in inst.operands):
         return False
     had = inst.sharding is not None
     subs = list(inst.sharding.tuple_elements) if had else \
@@ -198,14 +197,14 @@ def broadcast(p: "Propagator", inst: Instruction) -> bool:
         return False
     op = inst.operands[0]
     s = op.sharding
-    if not sp(s) or s.is_replicated or not s.is_tiled:
+    if not is_spatially_partitioned(s) or s.is_replicated or not s.is_tiled:
         return False
     dims = list(inst.attrs.dimensions)
     ta = s.tile_assignment
     target = [ta.dims[dims.index(i)] if i in dims else 1 for i in range(inst.shape.rank)]
     target += list(ta.dims[ops.data_rank(s):])
     cand = with_tile_assignment(s, ta.reshape(target))
-    return p.improve(inst, cand, "broadcast.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, cand, "broadcast.forward", (op,), _one_non_root_user(p, inst))
 
 
 def reduce(p: "Propagator", inst: Instruction) -> bool:
@@ -213,10 +212,10 @@ def reduce(p: "Propagator", inst: Instruction) -> bool:
     n = len(inst.operands) // 2
     dims = list(inst.attrs.dimensions)
     changed = False
-    aggressive = _nru1(p, inst)
+    aggressive = _one_non_root_user(p, inst)
     for i, op in enumerate(inst.operands[:n]):
         s = op.sharding
-        if not sp(s):
+        if not is_spatially_partitioned(s):
             continue
         if s.is_manual:
             changed |= p.improve_sub(inst, s, i, "reduce.forward(manual)", (op,), aggressive)
@@ -237,42 +236,42 @@ def reduce(p: "Propagator", inst: Instruction) -> bool:
 
 def concatenate(p: "Propagator", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
-    if op is None or not sp(op.sharding):
+    if op is None or not is_spatially_partitioned(op.sharding):
         return False
     if not p.at_least(1):
         cdim = int(inst.attrs.dimensions[0])
         for o in inst.operands:
             s = o.sharding
-            if not (sp(s) and s.num_tiles > 1 and o.opcode == "reshape"
+            if not (is_spatially_partitioned(s) and s.num_tiles > 1 and o.opcode == "reshape"
                     and o.operands[0].opcode in ("parameter", "get-tuple-element")):
                 return False
             if s.is_tiled and ops.tile_dims(s)[cdim] > 1:
                 return False
-    return p.improve(inst, op.sharding, "concatenate.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, op.sharding, "concatenate.forward", (op,), _one_non_root_user(p, inst))
 
 
 def transpose(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
-    if not sp(op.sharding):
+    if not is_spatially_partitioned(op.sharding):
         return False
     cand = transpose_sharding(op.sharding, list(inst.attrs.dimensions))
-    return p.improve(inst, cand, "transpose.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, cand, "transpose.forward", (op,), _one_non_root_user(p, inst))
 
 
 def reshape(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
-    if not sp(op.sharding):
+    if not is_spatially_partitioned(op.sharding):
         return False
     cand = propagate_through_reshape(op.sharding, op.shape.dims, inst.shape.dims)
-    return p.improve(inst, cand, "reshape.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, cand, "reshape.forward", (op,), _one_non_root_user(p, inst))
 
 
 def reverse(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
-    if not sp(op.sharding):
+    if not is_spatially_partitioned(op.sharding):
         return False
     cand = reverse_sharding(op.sharding, list(inst.attrs.dimensions))
-    return p.improve(inst, cand, "reverse.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, cand, "reverse.forward", (op,), _one_non_root_user(p, inst))
 
 
 def reduce_window(p: "Propagator", inst: Instruction) -> bool:
@@ -281,30 +280,32 @@ def reduce_window(p: "Propagator", inst: Instruction) -> bool:
     n = len(inst.operands) // 2
     changed = False
     for op in inst.operands[:n]:
-        if not sp(op.sharding):
+        if not is_spatially_partitioned(op.sharding):
             continue
         changed |= p.improve(inst, _maybe_tuple(inst, op.sharding), "reduce-window.forward",
-                             (op,), _nru1(p, inst))
+                             (op,), _one_non_root_user(p, inst))
     return changed
 
 
 def select_and_scatter(p: "Propagator", inst: Instruction) -> bool:
     op = inst.operands[0]
-    if not sp(op.sharding) or window_has(inst, "base"):
+    if not is_spatially_partitioned(op.sharding) or window_has(inst, "base"):
         return False
-    return p.improve(inst, op.sharding, "select-and-scatter.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, op.sharding, "select-and-scatter.forward", (op,),
+                     _one_non_root_user(p, inst))
 
 
 def sort(p: "Propagator", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
-    if op is None or not sp(op.sharding):
+    if op is None or not is_spatially_partitioned(op.sharding):
         return False
     s = op.sharding
     sort_dim = int(inst.attrs.dimensions[0]) if inst.attrs.dimensions else 0
     if s.is_tiled and ops.tile_dims(s)[sort_dim] != 1 and \
             _first_target_dim_to_move(op.shape.dims, s, sort_dim) is None:
         return False
-    return p.improve(inst, _maybe_tuple(inst, s), "sort.forward", (op,), _nru1(p, inst))
+    return p.improve(inst, _maybe_tuple(inst, s), "sort.forward", (op,),
+                     _one_non_root_user(p, inst))
 
 
 def _first_target_dim_to_move(dims: tuple[int, ...], s: HloSharding, source: int) -> int | None:
@@ -322,11 +323,11 @@ def _first_target_dim_to_move(dims: tuple[int, ...], s: HloSharding, source: int
 
 def _slice_operand_rule(p: "Propagator", inst: Instruction, op: Instruction, rule: str) -> bool:
     """InferDynamicUpdateSliceShardingFromOperand1: replicate the sliced dims."""
-    if not sp(op.sharding) or op.sharding.is_manual:
+    if not is_spatially_partitioned(op.sharding) or op.sharding.is_manual:
         return False
     sliced = [i for i in range(inst.shape.rank) if inst.shape.dims[i] != op.shape.dims[i]]
     cand = partial_replicate(op.sharding, sliced)
-    return p.improve(inst, cand, rule, (op,), _nru1(p, inst))
+    return p.improve(inst, cand, rule, (op,), _one_non_root_user(p, inst))
 
 
 def dynamic_slice(p: "Propagator", inst: Instruction) -> bool:
@@ -336,7 +337,7 @@ def dynamic_slice(p: "Propagator", inst: Instruction) -> bool:
 def dynamic_update_slice(p: "Propagator", inst: Instruction) -> bool:
     changed = _slice_operand_rule(p, inst, inst.operands[1], "dynamic-update-slice.from_update")
     base = inst.operands[0]
-    if sp(base.sharding):
+    if is_spatially_partitioned(base.sharding):
         changed |= p.improve(inst, base.sharding, "dynamic-update-slice.from_base", (base,))
     return changed
 
@@ -371,7 +372,7 @@ def infer_dot(p: "Propagator", inst: Instruction, dnums: DotDims, name: str) -> 
     cands: list[HloSharding | None] = [None, None]
     for k in (0, 1):
         op = inst.operands[k]
-        if not sp(op.sharding):
+        if not is_spatially_partitioned(op.sharding):
             continue
         c = _dot_from_operand(inst, dnums, k)
         if c is None:
@@ -410,7 +411,7 @@ def infer_dot(p: "Propagator", inst: Instruction, dnums: DotDims, name: str) -> 
         p.set(inst, v.sharding, rule, (inst.operands[first], inst.operands[second]))
     elif cands[second] != primary:
         p.reject(inst, cands[second], f"{name}.from_{labels[second]}",
-                 (inst.operands[second],), pv.LOWER_PRIORITY + f" ({v.reason})")
+                 (inst.operands[second],), prov.LOWER_PRIORITY + f" ({v.reason})")
     return True
 
 
@@ -443,7 +444,7 @@ def convolution(p: "Propagator", inst: Instruction) -> bool:
             and (inst.attrs.feature_group_count or 1) == 1):
         return infer_dot(p, inst, dnums, "convolution(dot)")
     s = lhs.sharding
-    if not sp(s):
+    if not is_spatially_partitioned(s):
         return False
     if s.is_tile_maximal:
         return p.improve(inst, s, "convolution.from_lhs", (lhs,))
@@ -469,10 +470,10 @@ def convolution(p: "Propagator", inst: Instruction) -> bool:
 def _gather_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bool:
     changed = False
     op, idx = inst.operands[0], inst.operands[1]
-    if sp(op.sharding):
+    if is_spatially_partitioned(op.sharding):
         cand = ops.propagate_along(op.sharding, dims.operand, dims.output, inst.shape.rank)
         changed |= p.improve(inst, cand, f"gather.{label}(operand)", (op,))
-    if sp(idx.sharding):
+    if is_spatially_partitioned(idx.sharding):
         cand = ops.propagate_along(idx.sharding, dims.indices, dims.output, inst.shape.rank)
         changed |= p.improve(inst, cand, f"gather.{label}(indices)", (idx,))
     return changed
@@ -484,13 +485,13 @@ def gather(p: "Propagator", inst: Instruction) -> bool:
     if explicit is not None:
         changed |= _gather_parallel(p, inst, explicit, "batch_dims")
     op, idx = inst.operands[0], inst.operands[1]
-    if sp(idx.sharding):
+    if is_spatially_partitioned(idx.sharding):
         cand = gs.gather_output_from_index(idx.sharding, inst)
         changed |= p.improve(inst, cand, "gather.from_indices", (idx,))
     parallel = gs.gather_parallel_dims(inst, p.graph.callers)
     if parallel is not None:
         changed |= _gather_parallel(p, inst, parallel, "parallel_dims")
-    if sp(op.sharding):
+    if is_spatially_partitioned(op.sharding):
         filtered = partial_replicate(op.sharding, parallel.operand if parallel else [])
         cand = gs.gather_output_from_operand_passthrough(filtered, inst)
         if cand is not None:
@@ -504,16 +505,16 @@ def _scatter_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> b
     rank = shape.rank
     changed = False
     for i, op in enumerate(gs.scatter_operands(inst)):
-        if sp(op.sharding):
+        if is_spatially_partitioned(op.sharding):
             cand = ops.propagate_along(op.sharding, dims.operand, dims.operand, rank)
             changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(operand)", (op,))
     idx = gs.scatter_indices(inst)
-    if sp(idx.sharding):
+    if is_spatially_partitioned(idx.sharding):
         cand = ops.propagate_along(idx.sharding, dims.indices, dims.operand, rank)
         for i in range(n):
             changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(indices)", (idx,))
     for i, upd in enumerate(gs.scatter_updates(inst)):
-        if sp(upd.sharding):
+        if is_spatially_partitioned(upd.sharding):
             cand = ops.propagate_along(upd.sharding, dims.output, dims.operand, rank)
             changed |= p.improve_sub(inst, cand, i, f"scatter.{label}(updates)", (upd,))
     return changed
@@ -525,17 +526,18 @@ def scatter(p: "Propagator", inst: Instruction) -> bool:
     if explicit is not None:
         changed |= _scatter_parallel(p, inst, explicit, "batch_dims")
     for i, op in enumerate(gs.scatter_operands(inst)):
-        if sp(op.sharding):
+        if is_spatially_partitioned(op.sharding):
             changed |= p.improve_sub(inst, op.sharding, i, "scatter.from_operand", (op,))
     idx = gs.scatter_indices(inst)
     updates = gs.scatter_updates(inst)
-    if not sp(idx.sharding) and not any(sp(u.sharding) for u in updates):
+    if not is_spatially_partitioned(idx.sharding) and \
+            not any(is_spatially_partitioned(u.sharding) for u in updates):
         return changed
     parallel = gs.scatter_parallel_dims(inst, p.graph.callers)
     if parallel is not None:
         changed |= _scatter_parallel(p, inst, parallel, "parallel_dims")
     for i, upd in enumerate(updates):
-        if sp(upd.sharding):
+        if is_spatially_partitioned(upd.sharding):
             cand = gs.scatter_output_from_update(upd.sharding, inst)
             if cand is not None:
                 changed |= p.improve_sub(inst, cand, i, "scatter.from_updates(passthrough)",
@@ -545,10 +547,10 @@ def scatter(p: "Propagator", inst: Instruction) -> bool:
 
 def custom_call(p: "Propagator", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
-    if op is None or not sp(op.sharding):
+    if op is None or not is_spatially_partitioned(op.sharding):
         return False
     return p.improve(inst, op.sharding, f"custom-call[{inst.custom_call_target}].passthrough",
-                     (op,), _nru1(p, inst))
+                     (op,), _one_non_root_user(p, inst))
 
 
 FORWARD_RULES: dict[str, Rule] = {

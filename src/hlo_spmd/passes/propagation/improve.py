@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import NamedTuple, Union
 
 from hlo_spmd.ir.shape import Shape
-from hlo_spmd.passes.propagation import provenance as pv
+from hlo_spmd.passes.propagation import provenance as prov
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.sharding import HloSharding, is_spatially_partitioned, is_subtiling, merge_sharding
 
@@ -33,23 +33,23 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
     if current is not None and ops.strictly_better(candidate, current):
         return Verdict(candidate, "")
     if not is_spatially_partitioned(candidate):
-        return Verdict(None, pv.TILE_MAXIMAL)
+        return Verdict(None, prov.TILE_MAXIMAL)
     if current is None:
         return Verdict(candidate, "")
     if candidate.is_manual:
-        return Verdict(None, pv.MANUAL)
+        return Verdict(None, prov.MANUAL)
     if candidate.is_tuple != current.is_tuple:
-        return Verdict(None, pv.INCOMPATIBLE)
+        return Verdict(None, prov.INCOMPATIBLE)
     if callable(may_combine_partial):
         may_combine_partial = may_combine_partial()
     ok, merged = merge_sharding(current, candidate, may_combine_partial)
     if not ok:
-        return Verdict(None, pv.NOT_FINER)
+        return Verdict(None, prov.NOT_FINER)
     # (candidate and current are both tuples or both not, from here on)
     if (not allow_aggressive and not shape.is_tuple and not current.is_tile_maximal
             and not current.is_tuple and merged.num_tiles == candidate.num_tiles):
         if not is_subtiling(merged, current, shape.dims):
-            return Verdict(None, pv.INCOMPATIBLE)
+            return Verdict(None, prov.INCOMPATIBLE)
     return Verdict(merged, "")
 
 

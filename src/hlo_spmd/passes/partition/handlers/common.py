@@ -7,8 +7,6 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.proto import hlo_pb2
-# The one memoiser of pure sharding maps (positional shardings, with their metadata, and
-# int sequences as the key): handlers ask for the same few maps in every layer.
 
 
 def copy_attrs(inst: Instruction) -> hlo_pb2.HloInstructionProto:
