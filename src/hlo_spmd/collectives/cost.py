@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import ASYNC_STARTS
 from hlo_spmd.ir.shape import Shape
 
 #: The collective kinds reported, in report order.
@@ -119,7 +120,7 @@ def _operand_and_result_bytes(inst: Instruction, kind: str) -> tuple[int, int]:
     op = _wrapped(inst)
     operand = sum(array_bytes(o.shape) for o in op.operands)
     result_shape = op.shape
-    if inst.opcode in ("all-gather-start", "collective-permute-start") and result_shape.is_tuple:
+    if inst.opcode in ASYNC_STARTS and result_shape.is_tuple:
         # (operand(s), result[, contexts...]): element 1 is the output.
         result_shape = result_shape.tuple_shapes[1]
     if kind == "collective-permute" and len(op.operands) > 1:

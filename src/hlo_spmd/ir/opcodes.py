@@ -262,6 +262,10 @@ REDUCERS = _where("reducer")
 IDEMPOTENT_REDUCERS = _where("idempotent")
 #: Opcode -> arity (None: variadic) of every opcode jaxlib 0.10.2's text parser knows.
 JAXLIB_ARITY: dict[str, int | None] = {op: t.arity for op, t in TRAITS.items() if t.in_jaxlib}
+#: The ReductionKind XLA matches an all-reduce's reducer root to (collective_ops_utils'
+#: MatchReductionInstruction); "and" / "or" only on pred, as min / max.
+REDUCTION_KINDS: dict[str, str] = {"add": "sum", "multiply": "product", "maximum": "max",
+                                   "minimum": "min", "and": "min on pred", "or": "max on pred"}
 #: Fixed operand counts, checked by the verifier (variadic ops are absent).
 ARITY: dict[str, int] = {op: t.operands for op, t in TRAITS.items() if t.operands is not None}
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import reducer_opcode
+from hlo_spmd.ir.opcodes import REDUCTION_KINDS, reducer_opcode
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
@@ -73,11 +73,10 @@ def identity_value(opcode: str, element_type: PrimitiveType):
 def all_reduce_supported(opcode: str, et: PrimitiveType) -> bool:
     """Whether an all-reduce with this reducer runs on every backend (XLA CPU matches the
     reducer to sum / product / min / max; and/or only on pred, as min/max)."""
-    if opcode in ("add", "multiply", "maximum", "minimum"):
-        return PrimitiveType(et) != PT.PRED
-    if opcode in ("and", "or"):
-        return PrimitiveType(et) == PT.PRED
-    return False
+    kind = REDUCTION_KINDS.get(opcode)
+    if kind is None:
+        return False
+    return (PrimitiveType(et) == PT.PRED) == kind.endswith("on pred")
 
 
 def _is_constant_equal(inst: Instruction, value) -> bool:
