@@ -9,7 +9,7 @@ import json
 from click.testing import CliRunner
 
 from hlo_spmd.ir.opcodes import ALL_OPCODES
-from hlo_spmd.passes.partition.registry import handler_tables
+from hlo_spmd.passes.partition.handlers import handler_tables
 from hlo_spmd_cli.main import _register, cli
 
 from test_handler_table import PINNED, PINNED_CUSTOM_CALLS

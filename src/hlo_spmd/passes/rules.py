@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hlo_spmd.ir.opcodes import ALL_OPCODES
-from hlo_spmd.passes.partition.registry import Handler, handler_tables
+from hlo_spmd.passes.partition.handlers import handler_tables
+from hlo_spmd.passes.partition.registry import Handler
 from hlo_spmd.passes.propagation.coverage import (CUSTOM_CALL_TARGETS, backward_rule,
                                                   custom_call_rule, forward_rule)
 

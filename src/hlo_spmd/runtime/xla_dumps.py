@@ -215,9 +215,8 @@ def _can_run_here(n: int) -> bool:
 
 
 def _src_root() -> str:
-    import hlo_spmd
-
-    return str(Path(hlo_spmd.__file__).resolve().parent.parent)
+    """The directory holding the ``hlo_spmd`` package (this file is hlo_spmd/runtime/)."""
+    return str(Path(__file__).resolve().parent.parent.parent)
 
 
 # The subprocess's entry point (the process's own script, not library code).

@@ -41,14 +41,6 @@ def _register(table: dict[str, Handler], kind: str, keys: tuple[str, ...],
         table[key] = fn
 
 
-def handler_tables() -> tuple[dict[str, Handler], dict[str, Handler]]:
-    """(opcode -> handler, custom-call target -> handler) with every family registered:
-    the map itself, importable (``hlo-spmd rules`` prints it)."""
-    import hlo_spmd.passes.partition.handlers  # noqa: F401  (registers every family)
-
-    return dict(HANDLERS), dict(CUSTOM_CALL_HANDLERS)
-
-
 def handles(*opcodes: str) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``opcodes`` (once each)."""
     def register(fn: Handler) -> Handler:

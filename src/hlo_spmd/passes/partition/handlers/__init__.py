@@ -3,6 +3,8 @@ package imports (and so registers) each of them, and nothing else registers hand
 A new family is added here, and its opcodes to tests/test_handler_table.py."""
 from importlib import import_module
 
+from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, HANDLERS, Handler
+
 FAMILIES = (
     "basic", "elementwise", "control_flow", "misc", "reduce", "slicing", "shapes", "dot",
     "sort", "gather_scatter", "convolution", "windows",
@@ -10,3 +12,9 @@ FAMILIES = (
 
 for _family in FAMILIES:
     import_module(f"{__name__}.{_family}")
+
+
+def handler_tables() -> tuple[dict[str, Handler], dict[str, Handler]]:
+    """(opcode -> handler, custom-call target -> handler), every family registered: the
+    map itself, importable (``hlo-spmd rules`` prints it)."""
+    return dict(HANDLERS), dict(CUSTOM_CALL_HANDLERS)
