@@ -295,6 +295,67 @@ def test_conditional_with_sharded_operands(n):
         assert c.operands[0].shape.rank == 0
 
 
+# Issue 20 item 5: the branches build gather / scatter indices from an iota sharded on the
+# partition dim outside the conditional. The partitioned iota adds a partition-id offset
+# in the entry, and that value is captured by the branches next to an entry parameter:
+# XLA rejected the program ("PartitionId instruction is not supported for SPMD
+# partitioning") until every captured value said it is manual.
+def iota_indices_conditional_module(n: int, dtype: str = "f32") -> str:
+    rows = f"{{devices=[{n},1]<=[{n}]}}"
+    return f"""
+HloModule iota_indices_in_branches
+
+%sum (a: {dtype}[], b: {dtype}[]) -> {dtype}[] {{
+  %a = {dtype}[] parameter(0)
+  %b = {dtype}[] parameter(1)
+  ROOT %c = {dtype}[] add(%a, %b)
+}}
+
+%pick (p: ({dtype}[16,6], s32[16,1])) -> {dtype}[16,6] {{
+  %p = ({dtype}[16,6], s32[16,1]) parameter(0), sharding={{{R}, {rows}}}
+  %table = {dtype}[16,6] get-tuple-element(%p), index=0, sharding={R}
+  %pos = s32[16,1] get-tuple-element(%p), index=1, sharding={rows}
+  %last = s32[] constant(15), sharding={R}
+  %lasts = s32[16,1] broadcast(%last), dimensions={{}}, sharding={rows}
+  %rev = s32[16,1] subtract(%lasts, %pos), sharding={rows}
+  %g = {dtype}[16,6] gather(%table, %rev), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,6}}, sharding={rows}
+  ROOT %out = {dtype}[16,6] copy(%g), sharding={R}
+}}
+
+%place (q: ({dtype}[16,6], s32[16,1])) -> {dtype}[16,6] {{
+  %q = ({dtype}[16,6], s32[16,1]) parameter(0), sharding={{{R}, {rows}}}
+  %upd = {dtype}[16,6] get-tuple-element(%q), index=0, sharding={R}
+  %pos = s32[16,1] get-tuple-element(%q), index=1, sharding={rows}
+  %two = s32[] constant(2), sharding={R}
+  %twos = s32[16,1] broadcast(%two), dimensions={{}}, sharding={rows}
+  %half = s32[16,1] divide(%pos, %twos), sharding={rows}
+  %zero = {dtype}[] constant(0), sharding={R}
+  %base = {dtype}[16,6] broadcast(%zero), dimensions={{}}, sharding={R}
+  %s = {dtype}[16,6] scatter(%base, %half, %upd), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=%sum, sharding={R}
+  ROOT %out = {dtype}[16,6] copy(%s), sharding={R}
+}}
+
+ENTRY %main (x: {dtype}[16,6], k: pred[]) -> {dtype}[16,6] {{
+  %x = {dtype}[16,6] parameter(0), sharding={R}
+  %k = pred[] parameter(1), sharding={R}
+  %pos = s32[16,1] iota(), iota_dimension=0, sharding={rows}
+  %t = ({dtype}[16,6], s32[16,1]) tuple(%x, %pos), sharding={{{R}, {rows}}}
+  ROOT %c = {dtype}[16,6] conditional(%k, %t, %t), true_computation=%pick, false_computation=%place, sharding={R}
+}}
+"""
+
+
+@pytest.mark.parametrize("n,dtype", [(2, "f32"), (4, "bf16"), (8, "f32")])
+def test_conditional_gather_scatter_indices_from_iota_sharded_outside(n, dtype):
+    x = random_inputs([((16, 6), np.float32)], seed=n)[0]
+    if dtype == "bf16":
+        import ml_dtypes
+
+        x = x.astype(ml_dtypes.bfloat16)
+    inputs_list = [[x, np.array(True)], [x, np.array(False)]]
+    partition_and_verify(iota_indices_conditional_module(n, dtype), n, inputs_list=inputs_list)
+
+
 # -- call -------------------------------------------------------------------------------------
 def call_module(n: int) -> str:
     rows = f"{{devices=[{n},1]<=[{n}]}}"

@@ -277,6 +277,25 @@ def test_filter_gradient_conv_batch_sharded_is_one_all_reduce():
     assert run(text, 8) == {"all-reduce": 1}
 
 
+# Issue 20 item 1: a convolution read as an einsum whose window spans a whole size-2 dim
+# (a contracting-like spatial dim), both operands tiled on it, so the planner groups the
+# devices by it: the per-group problem's window must still span the (now size-1) dim.
+# Wrong everywhere before (the per-group output dim had size 0).
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("rhs_devices", ["<=[2,2,2]T(2,1,0)", "0,4,2,6,1,5,3,7"])
+def test_conv_einsum_whole_window_dim_grouped(dtype, rhs_devices):
+    text = f"""HloModule conv_einsum, num_partitions=8
+ENTRY %e (lhs: {dtype}[8,16,2,24], rhs: {dtype}[2,24,16,1]) -> {dtype}[8,16,16,1] {{
+  %lhs = {dtype}[8,16,2,24] parameter(0)
+  %lhs.copy = {dtype}[8,16,2,24] copy(%lhs), sharding={{devices=[4,1,2,1]<=[8]}}
+  %rhs = {dtype}[2,24,16,1] parameter(1)
+  %rhs.copy = {dtype}[2,24,16,1] copy(%rhs), sharding={{devices=[2,1,2,1,2]{rhs_devices} last_tile_dim_replicate}}
+  ROOT %convolution = {dtype}[8,16,16,1] convolution(%lhs.copy, %rhs.copy), window={{size=1x2}}, dim_labels=0b1f_1io0->0bf1, sharding={{devices=[4,1,2,1]<=[8]}}
+}}
+"""
+    run(text, 8)
+
+
 # -- reduce-window / select-and-scatter --------------------------------------------------------
 def reduce_window(shape, out, window, s, reducer="add", init="0"):
     comp = ADD if reducer == "add" else MAX

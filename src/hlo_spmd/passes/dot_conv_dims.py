@@ -260,9 +260,18 @@ class DotDims(FrozenRecord):
         out = [0] * self.output_rank
         out[c.out_batch] = int(lhs[c.in_batch]) // c.batch_group_count
         out[c.out_feature] = int(rhs[c.k_out])
+        whole = self._whole_window_spatial
         for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
-            out[o] = self.window[i].output_size(int(lhs[l]))
+            # A contracting-like window spans the whole dim at any size (the per-shard
+            # window shrinks with the shard, see local_convolution): one position. The
+            # recorded window is the global one, wider than a per-group shard.
+            out[o] = 1 if i in whole else self.window[i].output_size(int(lhs[l]))
         return tuple(out)
+
+    @cached_property
+    def _whole_window_spatial(self) -> frozenset[int]:
+        """Window indices of the contracting-like spatial dims (window = whole dim)."""
+        return frozenset(d.spatial for d in self.contracting if d.spatial >= 0)
 
     def iter_sizes(self, lhs: Sequence[int], rhs: Sequence[int]) -> tuple[int, ...]:
         sizes = list(self.out_dims(lhs, rhs))

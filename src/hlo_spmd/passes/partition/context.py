@@ -156,7 +156,10 @@ class PartitionContext:
 
     def local_shape(self, shape: Shape, sharding: HloSharding) -> Shape:
         if shape.is_tuple:
-            elems = sharding.tuple_elements if sharding.is_tuple else [sharding] * len(shape.tuple_shapes)
+            from hlo_spmd.passes.propagation.sharding_ops import sub_sharding
+
+            # (a tuple sharding lists the leaves of the whole nested tuple)
+            elems = [sub_sharding(sharding, shape, i) for i in range(len(shape.tuple_shapes))]
             return Shape.tuple_of([self.local_shape(s, e) for s, e in zip(shape.tuple_shapes, elems)])
         if not shape.is_array or not sharding.is_tiled:
             return shape

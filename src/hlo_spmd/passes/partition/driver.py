@@ -231,5 +231,30 @@ def partition_module(module: Module, num_partitions: int,
     tidy_module(out, num_partitions, ctx.f.log,  # fewer bytes once every user is known
                 combine_threshold_bytes=int(combine_mib * 2 ** 20))
     out.remove_unreachable_computations()
+    _mark_branch_operands_manual(out)
     out.sort_computations()
     return out, state.report
+
+
+def _mark_branch_operands_manual(module: Module) -> None:
+    """Give every value a conditional passes to its branches ``sharding={manual}``.
+
+    XLA's StableHLO form of a conditional has branch regions that capture the operands'
+    elements; turned back into HLO they become a tuple whose leaf shardings are those of
+    the captured values, ``{replicated}`` for a value without one. When some captures
+    carry ``{manual}`` (an entry parameter) and others none, XLA's partitioner meets a
+    replicated leaf in the per-device program: it rejects a partition-id feeding it
+    ("PartitionId instruction is not supported for SPMD partitioning") or fails a check
+    on the mixed tuple. Every value of the per-device program is manual; saying so on
+    the captured ones makes the tuple uniformly manual."""
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode != "conditional":
+                continue
+            stack = list(inst.operands[1:])
+            while stack:
+                x = stack.pop()
+                if x.opcode == "tuple":
+                    stack.extend(x.operands)
+                if x.sharding is None:
+                    x.sharding = manual_like(x.shape)

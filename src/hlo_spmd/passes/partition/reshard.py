@@ -183,8 +183,8 @@ def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -
 
 def _reshard_tuple(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
     n = len(pv.base_shape.tuple_shapes)
-    src_elems = _tuple_elems(pv.sharding, n)
-    dst_elems = _tuple_elems(target, n)
+    src_elems = _tuple_elems(pv.sharding, pv.base_shape)
+    dst_elems = _tuple_elems(target, pv.base_shape)
     parts = []
     for i in range(n):
         elem = PValue(ctx.b.get_tuple_element(pv.hlo, i), pv.base_shape.tuple_shapes[i], src_elems[i])
@@ -192,10 +192,12 @@ def _reshard_tuple(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> 
     return PValue(ctx.b.tuple(parts), pv.base_shape, target)
 
 
-def _tuple_elems(s: HloSharding, n: int) -> list[HloSharding]:
-    if s.is_tuple:
-        return list(s.tuple_elements)
-    return [s] * n
+def _tuple_elems(s: HloSharding, shape) -> list[HloSharding]:
+    """The sharding of each element of tuple ``shape`` (a tuple sharding lists the leaves
+    of the whole nested tuple; an element that is a tuple gets a tuple of its leaves)."""
+    from hlo_spmd.passes.propagation.sharding_ops import sub_sharding
+
+    return [sub_sharding(s, shape, i) for i in range(len(shape.tuple_shapes))]
 
 
 def gather_groups(s: HloSharding, dim: int) -> np.ndarray:

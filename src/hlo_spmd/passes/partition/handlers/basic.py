@@ -9,6 +9,7 @@ from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.propagation.sharding_ops import sub_sharding
 from hlo_spmd.sharding import HloSharding
 
 
@@ -23,17 +24,20 @@ def handle_full_then_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
 @handles("tuple")
 def handle_tuple(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = ctx.sharding_of(inst)
-    elems = (list(target.tuple_elements) if target.is_tuple
-             else [target] * len(inst.operands))
+    # A tuple sharding lists the leaves of the whole (possibly nested) tuple: each operand
+    # takes its own leaves (a tuple sharding of them when it is itself a tuple).
+    elems = ([sub_sharding(target, inst.shape, i) for i in range(len(inst.operands))]
+             if target.is_tuple else [target] * len(inst.operands))
     parts = [ctx.operand(inst, i, elems[i]) for i in range(len(inst.operands))]
-    return PValue(ctx.b.tuple(parts, name=inst.name), inst.shape, HloSharding.tuple(elems))
+    leaves = [leaf for e in elems for leaf in (e.tuple_elements if e.is_tuple else (e,))]
+    return PValue(ctx.b.tuple(parts, name=inst.name), inst.shape, HloSharding.tuple(leaves))
 
 
 @handles("get-tuple-element")
 def handle_gte(ctx: PartitionContext, inst: Instruction) -> PValue:
     src = ctx.value(inst.operands[0])
     i = inst.tuple_index
-    elem_sharding = src.sharding.tuple_elements[i] if src.sharding.is_tuple else src.sharding
+    elem_sharding = sub_sharding(src.sharding, src.base_shape, i)
     gte = ctx.b.get_tuple_element(src.hlo, i, name=inst.name)
     pv = PValue(gte, inst.shape, elem_sharding)
     return reshard(ctx, pv, ctx.sharding_of(inst))
