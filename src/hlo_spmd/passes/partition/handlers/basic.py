@@ -128,7 +128,25 @@ def _identity(ctx: PartitionContext, inst: Instruction) -> PValue:
     return reshard(ctx, pv, inst.sharding) if inst.sharding is not None else pv
 
 
+def _layout_constraint(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """``LayoutConstraint``: the identity on values (it only pins a layout), so it runs on
+    the local tile in the instruction's own sharding -- partial sums included, the op
+    being linear -- with its layout constraint restated for the local shape."""
+    target = ctx.sharding_of(inst)
+    if target.is_tuple or len(inst.operands) != 1 or inst.shape.is_tuple:
+        return handle_replicated(ctx, inst)
+    operand = ctx.operand(inst, 0, target)
+    local = ctx.local_shape(inst.shape, target)
+    out = emit_like(ctx, inst, [operand], local)
+    for proto in out.attrs.operand_shapes_with_layout:
+        del proto.dimensions[:]
+        proto.dimensions.extend(int(d) for d in operand.shape.dims)
+        del proto.is_dynamic_dimension[:]
+    return PValue(out, inst.shape, target)
+
+
 for _target, _rule in {
+    "LayoutConstraint": _layout_constraint,
     "Sharding": _sharding_annotation,
     "SPMDFullToShardShape": _full_to_shard,
     "SPMDShardToFullShape": _shard_to_full,
