@@ -131,7 +131,14 @@ def compare_with_xla(text: str, n: int, seed: int = 0, rtol: float = 1e-4,
                                            err_msg=f"output {o}, device {d}")
             continue
         mine, problems = slicing.assemble_checked(got[o], our_leaves[o], shape.dims)
+        theirs, theirs_problems = slicing.assemble_checked(want[o], xla_outs[o], shape.dims)
+        if theirs_problems:
+            # XLA's own "replicated" result differs across devices (a collective run
+            # across whole copies): the programs must agree device by device.
+            for d in range(n):
+                np.testing.assert_allclose(got[o][d], want[o][d], rtol=rtol, atol=atol,
+                                           err_msg=f"output {o}, device {d}")
+            continue
         assert not problems, problems
-        theirs, _ = slicing.assemble_checked(want[o], xla_outs[o], shape.dims)
         np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=atol, err_msg=f"output {o}")
     return result
