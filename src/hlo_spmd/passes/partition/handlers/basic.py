@@ -45,9 +45,22 @@ def custom_call_by_target(ctx: PartitionContext, inst: Instruction) -> PValue:
     (and reported as fallbacks). The ``custom-call`` handler itself lives in ``misc``."""
     rule = CUSTOM_CALLS.get(inst.custom_call_target)
     if rule is None:
+        target = ctx.sharding_of(inst)
+        if all(e.is_manual for e in (target.tuple_elements if target.is_tuple else (target,))):
+            # The user's own per-device call inside a fully manual region: as written
+            # (no partitioning rule is needed, and nothing fell back).
+            ops = [ctx.operand(inst, i, _manual_like(op.shape))
+                   for i, op in enumerate(inst.operands)]
+            return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, target)
         ctx.state.report.unknown_custom_calls.append((inst.name, inst.custom_call_target))
         return handle_replicated(ctx, inst)
     return rule(ctx, inst)
+
+
+def _manual_like(shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_manual_like(s) for s in shape.tuple_shapes])
+    return HloSharding.manual()
 
 
 def _sharding_annotation(ctx: PartitionContext, inst: Instruction) -> PValue:
