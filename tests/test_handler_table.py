@@ -57,6 +57,7 @@ PINNED = {
 PINNED_CUSTOM_CALLS = {
     "TopK": "sort.handle_topk",
     "Sharding": "basic._sharding_annotation",
+    "LayoutConstraint": "basic._layout_constraint",
     "SPMDFullToShardShape": "basic._full_to_shard",
     "SPMDShardToFullShape": "basic._shard_to_full",
     "xla.sdy.FuncResultSharding": "basic._sharding_annotation",

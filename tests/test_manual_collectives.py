@@ -66,14 +66,17 @@ def test_collectives_within_manual_subgroups_are_kept(op):
     assert kept[0].attrs.WhichOneof("replica_group_list") != "mesh_axes_replica_group_list"
 
 
-def test_non_manual_collective_over_subgroups_is_rejected():
+def test_tiled_collective_outside_manual_region_is_rejected():
+    # XLA gives a cross-partition all-reduce outside manual regions a meaning only when it
+    # is replicated (run across the devices' whole copies): tests/test_manual_xla_reference.py.
     text = """HloModule m, num_partitions=4
 
 """ + _ADD + """
 ENTRY %e (x: f32[8]) -> f32[8] {
   %x = f32[8] parameter(0), sharding={devices=[4]<=[4]}
-  ROOT %r = f32[8] all-reduce(%x), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add
+  ROOT %r = f32[8] all-reduce(%x), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add, sharding={devices=[4]<=[4]}
 }
 """
-    with pytest.raises(HloSpmdError, match="only inside manual regions"):
+    with pytest.raises(HloSpmdError, match="must be replicated") as e:
         _partition(text, 4)
+    assert "instruction r" in str(e.value) and "\n" not in str(e.value)

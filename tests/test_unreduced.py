@@ -87,3 +87,22 @@ ENTRY %e (a: f32[8,32], b: f32[32,16]) -> f32[8,16] {
     by = {i.name: i.sharding for i in module.instructions()}
     for name in ("t", "e2"):
         assert by[name] is None or not is_unreduced(by[name]), (name, by[name])
+
+
+def test_unreduced_value_under_a_tiled_user_through_layout_constraints():
+    # Found by the randomized test (test_partition_random_manual): completion tried to
+    # merge the tiled sharding coming back from the multiply with the partial sums of
+    # the unannotated layout constraints and crashed ("{unreduced} does not say how
+    # many devices there are"). Partial sums and tilings never merge.
+    text = """HloModule m
+
+ENTRY main {
+  p0 = f32[4,4] parameter(0), sharding={unreduced}
+  p2 = f32[4,4] parameter(1), sharding={replicated}
+  v0 = f32[4,4] custom-call(p0), custom_call_target="LayoutConstraint", operand_layout_constraints={f32[4,4]{0,1}}
+  v1 = f32[4,4] custom-call(v0), custom_call_target="LayoutConstraint", operand_layout_constraints={f32[4,4]{0,1}}
+  ROOT out = f32[4,4] multiply(v1, p2), sharding={devices=[1,2]0,1}
+}
+"""
+    ops = _run(text, 2)
+    assert ops.count("reduce-scatter") + ops.count("all-reduce") == 1

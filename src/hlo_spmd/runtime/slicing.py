@@ -135,6 +135,9 @@ def shard_pieces(array: np.ndarray, sharding: ShardingLike, num_devices: int,
     get a piece of ``pad_value`` as well.
     """
     array = np.asarray(array)
+    s = as_sharding(sharding)
+    if is_unreduced(s):
+        return _partial_sum_pieces(array, s, num_devices, pad_value)
     dims = array.shape
     bounds = device_bounds(sharding, dims, num_devices)
     shape = padded_shape(sharding, dims)
@@ -160,16 +163,50 @@ def _close_mask(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> np.nd
     return np.isclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=atol, equal_nan=True)
 
 
+def _unreduced_groups(s: HloSharding, n: int) -> np.ndarray:
+    """``[groups, members]``: the devices whose pieces are partial sums of one tile."""
+    if s.is_unreduced:
+        return np.arange(n).reshape(1, n)
+    ta = s.tile_assignment
+    u = s.subgroup_dim(ShardingType.UNREDUCED)
+    return np.moveaxis(ta.array(), u, -1).reshape(-1, ta.dims[u])
+
+
+def _partial_sum_pieces(array: np.ndarray, s: HloSharding, num_devices: int,
+                        pad_value: Any) -> list[np.ndarray]:
+    """Pieces of an unreduced value: the devices of one unreduced group hold partial sums
+    that add up to their tile of ``array`` (XLA's meaning of an unreduced parameter).
+
+    Floating values are split with unequal weights (member k of a group of m holds
+    ``(k + 1) / (m (m + 1) / 2)`` of the tile), so a program that reads one member's
+    piece as the whole value, or adds the pieces twice, is caught; other types put the
+    whole tile on the group's first member and zeros on the rest. Padding keeps
+    ``pad_value`` on every member."""
+    pieces = shard_pieces(array, reduced(s), num_devices, pad_value)
+    groups = _unreduced_groups(s, num_devices)
+    m = groups.shape[1]
+    floating = array.dtype.kind in "fc" or array.dtype.name in ("bfloat16",) or \
+        array.dtype.name.startswith("float8")
+    bounds = device_bounds(reduced(s), array.shape, num_devices)
+    out = list(pieces)
+    for g in groups:
+        for k, d in enumerate(g):
+            d = int(d)
+            piece = np.array(pieces[d], copy=True)
+            local = tuple(slice(0, int(hi - lo)) for lo, hi in bounds[d])
+            if floating:
+                w = (k + 1) / (m * (m + 1) / 2)
+                piece[local] = (piece[local].astype(np.float64) * w).astype(piece.dtype)
+            elif k:
+                piece[local] = np.zeros_like(piece[local])
+            out[d] = piece
+    return out
+
+
 def _sum_partial_sums(pieces: Sequence[np.ndarray], s: HloSharding,
                       rank: int) -> list[np.ndarray]:
     """Each device's piece replaced by the sum over its unreduced group."""
-    n = len(pieces)
-    if s.is_unreduced:
-        groups = np.arange(n).reshape(1, n)
-    else:
-        ta = s.tile_assignment
-        u = s.subgroup_dim(ShardingType.UNREDUCED)
-        groups = np.moveaxis(ta.array(), u, -1).reshape(-1, ta.dims[u])
+    groups = _unreduced_groups(s, len(pieces))
     out = list(pieces)
     for g in groups:
         total = np.sum([np.asarray(pieces[int(d)]) for d in g], axis=0,

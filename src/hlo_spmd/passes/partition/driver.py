@@ -70,9 +70,14 @@ def runs_as_written(inst: Instruction) -> bool:
 
 
 def _manual_runs_as_written(inst: Instruction) -> bool:
-    """``runs_as_written`` for an instruction already known to be fully manual."""
+    """``runs_as_written`` for an instruction already known to be fully manual.
+
+    ``get-tuple-element`` keeps its own handler: its tuple operand may mix manual and
+    non-manual leaves (a parameter ``{{devices=...}, {manual}}``), and only the element
+    it reads has to be manual."""
     return ((not inst.called_computations or inst.opcode in APPLIES)
-            and inst.opcode != "custom-call" and inst.opcode not in COLLECTIVES)
+            and inst.opcode not in ("custom-call", "get-tuple-element")
+            and inst.opcode not in COLLECTIVES)
 
 
 def handle_as_written(ctx: PartitionContext, inst: Instruction) -> PValue:

@@ -10,6 +10,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.propagation import provenance as prov
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.sharding import HloSharding, is_spatially_partitioned, is_subtiling, merge_sharding
+from hlo_spmd.sharding.unreduced import is_unreduced
 
 
 SAME = "same as current"
@@ -38,6 +39,11 @@ def improved(candidate: HloSharding, current: HloSharding | None, shape: Shape,
         return Verdict(candidate, "")
     if candidate.is_manual:
         return Verdict(None, prov.MANUAL)
+    if is_unreduced(candidate) or is_unreduced(current):
+        # Partial sums and reduced values are different states of a value, not finer and
+        # coarser tilings of one: they never merge (and ``{unreduced}`` has no tiles to
+        # compare).
+        return Verdict(None, prov.INCOMPATIBLE)
     if candidate.is_tuple != current.is_tuple:
         return Verdict(None, prov.INCOMPATIBLE)
     if callable(may_combine_partial):

@@ -48,9 +48,22 @@ def custom_call_by_target(ctx: PartitionContext, inst: Instruction) -> PValue:
     (and reported as fallbacks). The ``custom-call`` handler itself lives in ``misc``."""
     rule = CUSTOM_CALLS.get(inst.custom_call_target)
     if rule is None:
+        target = ctx.sharding_of(inst)
+        if all(e.is_manual for e in (target.tuple_elements if target.is_tuple else (target,))):
+            # The user's own per-device call inside a fully manual region: as written
+            # (no partitioning rule is needed, and nothing fell back).
+            ops = [ctx.operand(inst, i, _manual_like(op.shape))
+                   for i, op in enumerate(inst.operands)]
+            return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, target)
         ctx.state.report.unknown_custom_calls.append((inst.name, inst.custom_call_target))
         return handle_replicated(ctx, inst)
     return rule(ctx, inst)
+
+
+def _manual_like(shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_manual_like(s) for s in shape.tuple_shapes])
+    return HloSharding.manual()
 
 
 def _sharding_annotation(ctx: PartitionContext, inst: Instruction) -> PValue:
@@ -131,7 +144,25 @@ def _identity(ctx: PartitionContext, inst: Instruction) -> PValue:
     return reshard(ctx, pv, inst.sharding) if inst.sharding is not None else pv
 
 
+def _layout_constraint(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """``LayoutConstraint``: the identity on values (it only pins a layout), so it runs on
+    the local tile in the instruction's own sharding -- partial sums included, the op
+    being linear -- with its layout constraint restated for the local shape."""
+    target = ctx.sharding_of(inst)
+    if target.is_tuple or len(inst.operands) != 1 or inst.shape.is_tuple:
+        return handle_replicated(ctx, inst)
+    operand = ctx.operand(inst, 0, target)
+    local = ctx.local_shape(inst.shape, target)
+    out = emit_like(ctx, inst, [operand], local)
+    for proto in out.attrs.operand_shapes_with_layout:
+        del proto.dimensions[:]
+        proto.dimensions.extend(int(d) for d in operand.shape.dims)
+        del proto.is_dynamic_dimension[:]
+    return PValue(out, inst.shape, target)
+
+
 for _target, _rule in {
+    "LayoutConstraint": _layout_constraint,
     "Sharding": _sharding_annotation,
     "SPMDFullToShardShape": _full_to_shard,
     "SPMDShardToFullShape": _shard_to_full,

@@ -28,12 +28,21 @@ the same global values.
 * ``opt-barrier``: a tuple pass-through; the operand is resharded to the barrier's
   per-element shardings and the barrier emitted on the local tuple.
 * collectives in the input (all-reduce, all-gather, reduce-scatter, all-to-all,
-  collective-permute, collective-broadcast): outside manual regions they act over the one
-  logical partition (a group of one), which is the identity -- the operand resharded to
-  the result sharding; a collective-permute whose pairs do not send device 0 to itself
-  yields zeros. A collective whose groups need more than one participant has no
-  single-program meaning and is an error. Inside manual regions the collective is the
-  user's per-device code and is kept as written (with a fresh channel id).
+  collective-permute, collective-broadcast) outside manual regions. Which partitions one
+  of them combines follows from its mode (channel id, ``use_global_device_ids``; the
+  module has one replica). When every device is alone in its group (cross-replica
+  collectives, singleton groups) the collective is the identity -- the operand resharded
+  to the result sharding; a cross-replica collective-permute whose pairs do not send
+  replica 0 to itself yields zeros. A cross-partition collective whose groups hold
+  several partitions means what XLA's partitioner makes of it (HandleAllReduce /
+  DefaultAction, checked with jaxlib 0.10.2): the operands are made whole (replicated)
+  on every device and the collective runs as written across the devices' copies (an
+  all-reduce over 4 devices of a replicated ``x`` is ``4 x``); its result is replicated,
+  then resharded to the instruction's sharding. As in XLA, such an all-reduce must be
+  replicated itself (its tiled form has no meaning), and a collective-permute moves the
+  local tiles of its own sharding instead of whole copies.
+  Inside manual regions the collective is the user's per-device code and is kept as
+  written (with a fresh channel id).
 * ``infeed`` / ``outfeed`` / side-effecting custom-calls: replicated semantics (every
   device performs the effect on whole values, as XLA does for replicated side effects);
   with a ``{maximal device=d}`` sharding the op runs on device d only, inside a
@@ -272,19 +281,63 @@ def _check_within_manual_groups(ctx: PartitionContext, inst: Instruction) -> Non
                 "(XLA rejects this module)", f"instruction {inst.name}")
 
 
-def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
-    """The user's own per-device collective: kept as written, on local operands."""
-    _check_within_manual_groups(ctx, inst)
-    operands = [ctx.value(op).hlo for op in inst.operands]
+def _emit_as_written(ctx: PartitionContext, inst: Instruction, operands: list,
+                     declared: Shape | None) -> Instruction:
+    """``inst`` on the given local operands, with a fresh channel id and mesh-axis groups
+    written as device groups."""
     attrs = copy_attrs(inst)
     if attrs.channel_id:
         attrs.channel_id = next_channel_id(ctx.b.module)
     _mesh_groups_as_device_groups(attrs)
     called = [ctx.clone(c) for c in inst.called_computations]
+    return ctx.b.op(inst.opcode, operands, attrs, called, declared=declared, name=inst.name)
+
+
+def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """The user's own per-device collective: kept as written, on local operands."""
+    _check_within_manual_groups(ctx, inst)
+    operands = [ctx.value(op).hlo for op in inst.operands]
     target = ctx.sharding_of(inst)
     declared = ctx.local_shape(inst.shape, target) if target.is_manual else None
-    out = ctx.b.op(inst.opcode, operands, attrs, called, declared=declared, name=inst.name)
+    out = _emit_as_written(ctx, inst, operands, declared)
     return PValue(out, inst.shape, normalize(target, inst.shape))
+
+
+# Collectives carrying ``use_global_device_ids``: with a channel id and without global
+# ids they are cross-replica-and-partition (every partition of the replica groups).
+_GLOBAL_ID_OPS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+
+
+def _spans_partitions(ctx: PartitionContext, inst: Instruction) -> bool:
+    """Whether the collective combines several partitions (XLA's collective op group
+    mode, one replica): cross-replica ones never do; cross-replica-and-partition ones
+    combine all partitions; cross-partition / flattened-id ones their groups (all
+    partitions when the groups are empty)."""
+    if inst.attrs.channel_id <= 0:
+        return False
+    if inst.opcode == "collective-permute":
+        return any(p.source != p.target for p in inst.attrs.source_target_pairs)
+    if inst.opcode in _GLOBAL_ID_OPS and not inst.attrs.use_global_device_ids:
+        return ctx.num_devices > 1
+    size = _group_size(inst)
+    return (ctx.num_devices if size is None else size) > 1
+
+
+def _across_copies(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """XLA's meaning of a cross-partition collective outside manual regions: run as
+    written across every device's whole copy of the operands; the result is replicated."""
+    target = normalize(ctx.sharding_of(inst), inst.shape)
+    if inst.opcode == "all-reduce":
+        leaves = target.tuple_elements if target.is_tuple else (target,)
+        if not all(e.is_replicated for e in leaves):
+            raise PartitionError(
+                f"all-reduce across partitions outside a manual region must be replicated, "
+                f"not {target} (XLA rejects it too); a tiled value has no single-program "
+                "meaning for it", f"instruction {inst.name}")
+    operands = [ctx.operand(inst, i, _replicated_like(op.shape))
+                for i, op in enumerate(inst.operands)]
+    out = _emit_as_written(ctx, inst, operands, None)
+    return reshard(ctx, PValue(out, inst.shape, _replicated_like(inst.shape)), target)
 
 
 def _mesh_groups_as_device_groups(attrs) -> None:
@@ -303,11 +356,12 @@ def _mesh_groups_as_device_groups(attrs) -> None:
 def handle_input_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
     if _in_manual_region(ctx, inst):
         return _keep_manual_collective(ctx, inst)
+    if _spans_partitions(ctx, inst):
+        return _across_copies(ctx, inst)
     size = _group_size(inst)
     if size not in (None, 1):
-        raise PartitionError(f"{inst.opcode} over groups of {size} devices has no meaning in a "
-                             "single logical program (only inside manual regions)",
-                             f"instruction {inst.name}")
+        raise PartitionError(f"cross-replica {inst.opcode} over groups of {size} replicas, "
+                             "but the program has one replica", f"instruction {inst.name}")
     # One participant: the identity (operand shapes equal the result shapes).
     target = normalize(ctx.sharding_of(inst), inst.shape)
     n = len(inst.operands)
@@ -326,6 +380,13 @@ def handle_input_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
 def handle_input_collective_permute(ctx: PartitionContext, inst: Instruction) -> PValue:
     if _in_manual_region(ctx, inst):
         return _keep_manual_collective(ctx, inst)
+    if len(inst.operands) == 1 and _spans_partitions(ctx, inst):
+        # XLA moves the tiles: the operand in the permute's own sharding, each device
+        # sending its local tile as written (its copy, when that sharding is replicated).
+        target = normalize(ctx.sharding_of(inst), inst.shape)
+        operand = ctx.operand(inst, 0, target)
+        out = _emit_as_written(ctx, inst, [operand], ctx.local_shape(inst.shape, target))
+        return PValue(out, inst.shape, target)
     target = ctx.sharding_of(inst)
     pairs = {(p.source, p.target) for p in inst.attrs.source_target_pairs}
     if len(inst.operands) == 1 and (0, 0) in pairs:
