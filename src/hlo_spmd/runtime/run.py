@@ -87,15 +87,18 @@ def execute_per_device(executable: Any, per_param_pieces: Sequence[Sequence[np.n
 
     devices = cpu_devices(num_devices)
     replicated = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec())
-    args = []
-    for pieces in per_param_pieces:
-        buffers = [jax.device_put(np.asarray(p), dev) for p, dev in zip(pieces, devices)]
-        args.append(jax.make_array_from_single_device_arrays(
-            tuple(np.shape(pieces[0])), replicated, buffers))
-    try:
-        results = executable.execute_sharded(args).disassemble_into_single_device_arrays()
-    except Exception as exc:
-        raise HloSpmdError(f"XLA failed to run the module: {exc}") from exc
+    # jax canonicalizes 64-bit arrays to 32 bits unless x64 is on; the module's s64 / f64
+    # parameters must get their own width. The context keeps the process-wide default.
+    with jax.enable_x64(True):
+        args = []
+        for pieces in per_param_pieces:
+            buffers = [jax.device_put(np.asarray(p), dev) for p, dev in zip(pieces, devices)]
+            args.append(jax.make_array_from_single_device_arrays(
+                tuple(np.shape(pieces[0])), replicated, buffers))
+        try:
+            results = executable.execute_sharded(args).disassemble_into_single_device_arrays()
+        except Exception as exc:
+            raise HloSpmdError(f"XLA failed to run the module: {exc}") from exc
     position = {dev.id: i for i, dev in enumerate(devices)}
     outputs = []
     for per_device in results:
