@@ -163,7 +163,7 @@ def verify(original: str, partitioned: str, num_partitions: int | None, seed: in
 
     orig = load_module(original)
     part = load_module(partitioned)
-    n = num_partitions or _recorded_partitions(part)
+    n = num_partitions or _recorded_partitions(part, orig)
     with quiet_xla(enabled=not xla_logs):
         from hlo_spmd.runtime import verify as run_verify
 
@@ -174,8 +174,11 @@ def verify(original: str, partitioned: str, num_partitions: int | None, seed: in
         raise SystemExit(1)
 
 
-def _recorded_partitions(module) -> int:
+def _recorded_partitions(module, original) -> int:
+    """The device count the partitioned module records; when it records none (HLO
+    text), the count the original's shardings imply."""
     from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.passes.partition import infer_num_partitions
     from hlo_spmd.sharding import from_proto
 
     counts = set()
@@ -188,6 +191,11 @@ def _recorded_partitions(module) -> int:
         for leaf in (s.tuple_elements if s.is_tuple else (s,)):
             if leaf.num_devices:
                 counts.add(leaf.num_devices)
+    if not counts and not shardings:
+        try:
+            return infer_num_partitions(original, None)
+        except HloSpmdError:
+            pass
     if len(counts) != 1:
         raise HloSpmdError("cannot tell the partition count from the module; pass --num-partitions")
     return counts.pop()

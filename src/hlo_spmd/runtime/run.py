@@ -399,6 +399,10 @@ def verify(
                 raise
             used = "xla"
             expected = run_xla_spmd(original_bytes, inputs, num_partitions)
+    partitioned = to_proto_bytes(partitioned)
+    if param_shardings is None or output_sharding is None:
+        param_shardings, output_sharding = _interface_from_original(
+            original_bytes, partitioned, num_partitions, param_shardings, output_sharding)
     run = run_partitioned_detailed(
         partitioned, inputs, num_partitions, param_shardings, output_sharding,
         output_shapes=[e.shape for e in expected] if _same_count(partitioned, expected)
@@ -409,6 +413,26 @@ def verify(
     report.reference = (f"original run by XLA's own SPMD partitioner on {num_partitions} "
                         "devices" if used == "xla" else "original run on 1 device")
     return report
+
+
+def _interface_from_original(original: bytes, partitioned: bytes, num_partitions: int,
+                             param_shardings: Any, output_sharding: Any) -> tuple[Any, Any]:
+    """The global interface for a partitioned module that does not record it (HLO text
+    cannot: XLA's text has no syntax for spmd_parameters_shardings / spmd_output_sharding):
+    the shardings partitioning records, re-derived by completing the original."""
+    stored_params, stored_output = read_spmd_shardings(partitioned)
+    has_params = stored_params is not None or not entry_signature(partitioned).parameters
+    if (param_shardings is not None or has_params) and (
+            output_sharding is not None or stored_output is not None):
+        return param_shardings, output_sharding
+    from hlo_spmd.ir.io import load_module_bytes
+    from hlo_spmd.passes.partition import interface_shardings
+
+    params, output = interface_shardings(load_module_bytes(original, "original"),
+                                         num_partitions)
+    return (param_shardings if param_shardings is not None or has_params else params,
+            output_sharding if output_sharding is not None or stored_output is not None
+            else output)
 
 
 def _same_count(module: ModuleLike, expected: Sequence[np.ndarray]) -> bool:
