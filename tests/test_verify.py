@@ -80,8 +80,82 @@ def test_text_output_takes_its_interface_from_the_original(tmp_path):
     assert r.exit_code == 0, r.output
     assert "spmd_parameters_shardings" not in out.read_text()  # text cannot carry it
     r = CliRunner().invoke(cli, ["verify", str(src), str(out)])
-    assert r.exit_code == 0 and r.output.rstrip().endswith("\nOK"), r.output
+    assert r.exit_code == 0 and r.output.splitlines()[-1].startswith("OK (worst: "), r.output
     # the library too, given the text as a string (parsed by XLA's own parser)
     original = src.read_bytes()
     report = verify(original, module_text(load_module(out)), 8)
     assert report.ok, str(report)
+
+
+# -- item 6: the verdict on reassociated sums and on broken programs ---------------------------
+MAX_F32 = """
+%max.f32 (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%x, %y)
+}
+
+ENTRY"""
+
+
+def partition_text(name: str, n: int = 8) -> tuple[bytes, str]:
+    from hlo_spmd.ir.io import load_module, module_text
+
+    src = FIXTURES / f"{name}.pb"
+    return src.read_bytes(), module_text(partition(load_module(src), n).module)
+
+
+def mutate(text: str, pattern: str, repl) -> str:
+    import re
+
+    new, count = re.subn(pattern, repl, text, count=1)
+    assert count == 1 and new != text, pattern
+    return new
+
+
+def run_text(original: bytes, text: str, n: int = 8):
+    return verify(original, module_bytes(parse_module(text)), n)
+
+
+def test_partial_sum_all_reduce_is_ok_within_tolerance():
+    original, text = partition_text("mlp_2d_megatron")
+    assert "all-reduce(" in text
+    report = run_text(original, text)
+    assert report.ok, str(report)
+    worst = report.worst
+    assert 0 < worst.worst < 1  # reassociated: not bit-identical, well inside the bound
+    assert f"OK (worst: {worst.worst:.2g} of tolerance at out0[" in str(report)
+
+
+def test_all_reduce_taking_the_maximum_is_not_ok():
+    original, text = partition_text("mlp_2d_megatron")
+    text = text.replace("\nENTRY", MAX_F32, 1)
+    text = mutate(text, r"(all-reduce\([^\n]*?to_apply=)%add\.f32", r"\1%max.f32")
+    report = run_text(original, text)
+    assert not report.ok
+    assert report.worst.worst > 100, str(report)  # far outside, not a borderline call
+    assert str(report).splitlines()[-1].startswith("NOT OK (worst: ")
+
+
+def test_dropped_all_reduce_is_not_ok():
+    original, text = partition_text("mlp_2d_megatron")
+    text = mutate(text, r"all-reduce\((%[\w.\-]+)\)[^\n]*?to_apply=%[\w.]+", r"copy(\1)")
+    assert "all-reduce(" not in text
+    report = run_text(original, text)
+    assert not report.ok and report.worst.worst > 100, str(report)
+
+
+def test_shifted_halo_is_not_ok():
+    import re
+
+    original, text = partition_text("conv_spatial")
+    assert run_text(original, text).ok
+
+    def shift(match):  # every halo comes from one device further away
+        pairs = re.findall(r"\{(\d+),(\d+)\}", match.group(1))
+        return "source_target_pairs={" + ",".join(
+            f"{{{s},{(int(t) + 1) % 8}}}" for s, t in pairs) + "}"
+
+    text = mutate(text, r"source_target_pairs=\{((?:\{\d+,\d+\},?)+)\}", shift)
+    report = run_text(original, text)
+    assert not report.ok and report.worst.worst > 100, str(report)

@@ -408,7 +408,12 @@ def verify(
         output_shapes=[e.shape for e in expected] if _same_count(partitioned, expected)
         else None,
         poison_padding=poison_padding)
-    report = compare(expected, run.outputs, rtol, atol)
+    from hlo_spmd.ir.io import load_module_bytes
+    from hlo_spmd.runtime.precision import program_precision
+
+    precision = program_precision(load_module_bytes(original_bytes, "original"))
+    report = compare(expected, run.outputs, rtol, atol, eps=precision.eps,
+                     depth=precision.depth)
     report.problems[:0] = run.problems
     report.reference = (f"original run by XLA's own SPMD partitioner on {num_partitions} "
                         "devices" if used == "xla" else "original run on 1 device")
