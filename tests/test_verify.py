@@ -159,3 +159,93 @@ def test_shifted_halo_is_not_ok():
     text = mutate(text, r"source_target_pairs=\{((?:\{\d+,\d+\},?)+)\}", shift)
     report = run_text(original, text)
     assert not report.ok and report.worst.worst > 100, str(report)
+
+
+# -- the rule itself, on simulated reassociations ----------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from hlo_spmd.runtime.compare import compare, machine_eps  # noqa: E402
+
+
+def _dtype(name: str) -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name) if name == "bfloat16" else name)
+
+
+def _blocked_sum(a: np.ndarray, b: np.ndarray, blocks: int, dtype: np.dtype,
+                 order: list[int]) -> np.ndarray:
+    """A partitioned dot as a device computes it: each block's partial sum accumulated
+    wide and rounded to ``dtype`` (XLA-CPU's dot), then the partials added in ``dtype``
+    one at a time in ``order`` (the all-reduce)."""
+    k = a.shape[1]
+    parts = [(a[:, i * k // blocks:(i + 1) * k // blocks].astype(np.float64)
+              @ b[i * k // blocks:(i + 1) * k // blocks].astype(np.float64)).astype(dtype)
+             for i in range(blocks)]
+    total = parts[order[0]]
+    for i in order[1:]:
+        total = (total.astype(np.float64) + parts[i].astype(np.float64)).astype(dtype)
+    return total
+
+
+@settings(max_examples=60)
+@given(dtype=st.sampled_from(["float64", "float32", "float16", "bfloat16"]),
+       k_log=st.integers(1, 12), blocks_log=st.integers(1, 3), seed=st.integers(0, 2 ** 16),
+       mean=st.sampled_from([0.0, 1.0]), data=st.data())
+def test_rule_accepts_reassociated_sums(dtype, k_log, blocks_log, seed, mean, data):
+    dt = _dtype(dtype)
+    k, blocks = 2 ** k_log, min(2 ** blocks_log, 2 ** k_log)
+    rng = np.random.default_rng(seed)
+    a = rng.normal(mean, 1, size=(8, k)).astype(dt)
+    b = rng.normal(mean, 1, size=(k, 8)).astype(dt)
+    reference = _blocked_sum(a, b, 1, dt, [0])  # one device: one wide sum, one rounding
+    order = data.draw(st.permutations(list(range(blocks))))
+    report = compare([reference], [_blocked_sum(a, b, blocks, dt, order)], depth=k)
+    assert report.ok, str(report)
+    # the bound is the rule of the module docstring, nothing looser
+    tol = report.outputs[0].tolerance
+    assert tol.rtol == 8 * machine_eps(dt) and tol.norm == 8 * machine_eps(dt) * np.sqrt(k)
+
+
+@settings(max_examples=60)
+@given(dtype=st.sampled_from(["float64", "float32", "float16", "bfloat16"]),
+       k_log=st.integers(1, 12), blocks_log=st.integers(1, 3), seed=st.integers(0, 2 ** 16),
+       wrong=st.sampled_from(["drop", "max"]))
+def test_rule_rejects_wrong_combinations(dtype, k_log, blocks_log, seed, wrong):
+    dt = _dtype(dtype)
+    if machine_eps(dt) > 1e-3:  # half precision: the bound grows with sqrt(K) * eps
+        k_log = min(k_log, 6)
+    k, blocks = 2 ** k_log, min(2 ** blocks_log, 2 ** k_log)
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(8, k)).astype(dt)
+    b = rng.normal(size=(k, 8)).astype(dt)
+    reference = _blocked_sum(a, b, 1, dt, [0])
+    kb = k // blocks
+    parts = [(a[:, i * kb:(i + 1) * kb].astype(np.float64)
+              @ b[i * kb:(i + 1) * kb].astype(np.float64)) for i in range(blocks)]
+    if wrong == "drop":  # one partial sum missing (a collective left out)
+        actual = np.sum(parts[1:], axis=0) if blocks > 1 else np.zeros_like(parts[0])
+    else:  # the all-reduce took the maximum
+        actual = np.max(parts, axis=0) if blocks > 1 else -parts[0]
+    report = compare([reference], [actual.astype(dt)], depth=k)
+    assert not report.ok, str(report)
+
+
+def test_integers_and_pred_compare_exactly():
+    ids = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert compare([ids], [ids.copy()]).ok
+    off = ids.copy()
+    off[2, 1] += 1
+    report = compare([ids], [off], depth=4096)
+    assert not report.ok and report.worst.worst == np.inf and report.worst.worst_at == (2, 1)
+    mask = np.array([True, False])
+    assert not compare([mask], [~mask]).ok
+
+
+def test_cancelled_element_is_judged_by_the_output_scale():
+    # a reassociated sum that cancels to ~0: relative error is huge, absolute tiny
+    ref = np.array([100.0, -100.0, 3e-6], np.float32)
+    out = ref + np.array([0, 0, 4e-6], np.float32)
+    assert compare([ref], [out], depth=256).ok
+    assert not compare([ref], [ref + np.array([0, 0, 1.0], np.float32)], depth=256).ok
