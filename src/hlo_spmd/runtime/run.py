@@ -218,11 +218,14 @@ def run_partitioned_detailed(
     replica_rtol: float = 1e-5,
     replica_atol: float = 1e-6,
     require_manual: bool = True,
+    processes: int = 1,
 ) -> PartitionedRun:
     """:func:`run_partitioned`, returning per-device results and problems instead of raising.
 
     ``replica_rtol`` / ``replica_atol``: how closely devices holding the same floating
-    values must agree (integers and bool: exactly).
+    values must agree (integers and bool: exactly). ``processes`` > 1 runs the program as
+    that many OS processes joined through jax.distributed, ``num_partitions / processes``
+    devices each (:mod:`hlo_spmd.runtime.distributed`), as a multi-host job runs it.
     """
     proto_bytes = to_proto_bytes(module)
     if require_manual and num_partitions > 1:
@@ -249,8 +252,12 @@ def run_partitioned_detailed(
                 f"{list(pieces[0].shape)}, but the module's parameter {i} is {spec}"
             )
         per_param.append(pieces)
-    executable = compile_module(proto_bytes, n)
-    per_device = execute_per_device(executable, per_param, n)
+    if processes > 1:
+        from hlo_spmd.runtime.distributed import execute_multiprocess
+
+        per_device = execute_multiprocess(proto_bytes, per_param, n, processes)
+    else:
+        per_device = execute_per_device(compile_module(proto_bytes, n), per_param, n)
     if output_shapes is None:
         output_shapes = [
             slicing.global_shape_if_even(sharding, spec.shape)
@@ -365,6 +372,7 @@ def verify(
     param_shardings: Sequence[Any] | None = None,
     output_sharding: Any | None = None,
     reference: str = "auto",
+    processes: int = 1,
 ) -> ComparisonReport:
     """Run ``original`` on one device and ``partitioned`` on ``num_partitions``; compare.
 
@@ -376,6 +384,8 @@ def verify(
 
     Inputs default to :func:`random_inputs` for the original's parameters (``seed``,
     ``input_spec``). Padding is poisoned by default (see :func:`run_partitioned`).
+    ``processes`` > 1 runs the partitioned program as that many OS processes joined
+    through jax.distributed (see :func:`run_partitioned_detailed`).
     Global output shapes come from the original's results. Replica disagreements and
     output layout errors are reported in ``report.problems``; errors that prevent
     running at all (compile failure, parameter shape mismatch) raise
@@ -407,7 +417,7 @@ def verify(
         partitioned, inputs, num_partitions, param_shardings, output_sharding,
         output_shapes=[e.shape for e in expected] if _same_count(partitioned, expected)
         else None,
-        poison_padding=poison_padding)
+        poison_padding=poison_padding, processes=processes)
     from hlo_spmd.ir.io import load_module_bytes
     from hlo_spmd.runtime.precision import program_precision
 
@@ -417,6 +427,9 @@ def verify(
     report.problems[:0] = run.problems
     report.reference = (f"original run by XLA's own SPMD partitioner on {num_partitions} "
                         "devices" if used == "xla" else "original run on 1 device")
+    if processes > 1:
+        report.reference += (f"; partitioned run as {processes} processes x "
+                             f"{num_partitions // processes} devices (jax.distributed)")
     return report
 
 
