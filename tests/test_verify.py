@@ -249,3 +249,66 @@ def test_cancelled_element_is_judged_by_the_output_scale():
     out = ref + np.array([0, 0, 4e-6], np.float32)
     assert compare([ref], [out], depth=256).ok
     assert not compare([ref], [ref + np.array([0, 0, 1.0], np.float32)], depth=256).ok
+
+
+# -- issue 24 item 4: verify --processes K --------------------------------------------------
+COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
+               "reduce-scatter")
+
+
+def _fixtures_with_collectives():
+    import json
+
+    for path in sorted(FIXTURES.glob("*.pb")):
+        meta = json.loads(path.with_suffix(".json").read_text())
+        if meta.get("partition_only"):
+            continue
+        n = (meta.get("partition_counts") or [meta["num_partitions"]])[0]
+        yield path, n, meta
+
+
+def test_two_processes_verify_fixtures_with_collectives():
+    """Every fixture whose partitioned program has collectives runs as 2 processes x N/2
+    devices joined through jax.distributed, and matches; one group serves them all."""
+    from hlo_spmd.ir.io import load_module
+    from hlo_spmd.runtime.distributed import ProcessGroup
+    from hlo_spmd.runtime.inputs import sidecar_inputs
+
+    cases = []
+    for path, n, meta in _fixtures_with_collectives():
+        out = partition(load_module(path), n).module
+        kinds = {i.opcode for i in out.instructions() if i.opcode in COLLECTIVES}
+        if kinds:
+            ref = meta.get("reference")
+            original = (FIXTURES / f"{ref}.pb" if ref else path).read_bytes()
+            cases.append((path.stem, n, original, module_bytes(out), meta, kinds))
+    assert len(cases) >= 30 and set().union(*(c[5] for c in cases)) == set(COLLECTIVES)
+    failures = []
+    for devices in sorted({c[1] for c in cases}):
+        with ProcessGroup(devices, 2) as group:
+            for name, n, original, part, meta, _ in (c for c in cases if c[1] == devices):
+                report = verify(original, part, n, inputs=sidecar_inputs(meta),
+                                poison_padding=True, processes=group)
+                if not report.ok:
+                    failures.append(f"{name}:\n{report}")
+                assert "2 processes x" in report.reference
+    assert not failures, "\n".join(failures)
+
+
+def test_two_processes_catch_a_broken_program(tmp_path):
+    from click.testing import CliRunner
+
+    from hlo_spmd_cli.main import _register, cli
+
+    original, text = partition_text("mlp_2d_megatron")
+    text = text.replace("\nENTRY", MAX_F32, 1)
+    text = mutate(text, r"(all-reduce\([^\n]*?to_apply=)%add\.f32", r"\1%max.f32")
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(text)
+    src = FIXTURES / "mlp_2d_megatron.pb"
+    _register()
+    r = CliRunner().invoke(cli, ["verify", str(src), str(broken), "--processes", "2"])
+    assert r.exit_code == 1, r.output
+    assert "2 processes x 4 devices" in r.output and "\nNOT OK (worst: " in r.output
+    r = CliRunner().invoke(cli, ["verify", str(src), str(broken), "--processes", "3"])
+    assert r.exit_code == 2 and "do not divide the 8 devices" in r.output

@@ -10,7 +10,7 @@ version on N and compares.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from hlo_spmd.runtime.module_io import (
     tile_form_shardings,
     to_proto_bytes,
 )
+
+if TYPE_CHECKING:
+    from hlo_spmd.runtime.distributed import ProcessGroup
 
 __all__ = [
     "PartitionedRun",
@@ -218,14 +221,15 @@ def run_partitioned_detailed(
     replica_rtol: float = 1e-5,
     replica_atol: float = 1e-6,
     require_manual: bool = True,
-    processes: int = 1,
+    processes: "int | ProcessGroup" = 1,
 ) -> PartitionedRun:
     """:func:`run_partitioned`, returning per-device results and problems instead of raising.
 
     ``replica_rtol`` / ``replica_atol``: how closely devices holding the same floating
     values must agree (integers and bool: exactly). ``processes`` > 1 runs the program as
     that many OS processes joined through jax.distributed, ``num_partitions / processes``
-    devices each (:mod:`hlo_spmd.runtime.distributed`), as a multi-host job runs it.
+    devices each (:mod:`hlo_spmd.runtime.distributed`), as a multi-host job runs it; an
+    open :class:`~hlo_spmd.runtime.distributed.ProcessGroup` runs it on that group.
     """
     proto_bytes = to_proto_bytes(module)
     if require_manual and num_partitions > 1:
@@ -252,7 +256,12 @@ def run_partitioned_detailed(
                 f"{list(pieces[0].shape)}, but the module's parameter {i} is {spec}"
             )
         per_param.append(pieces)
-    if processes > 1:
+    if not isinstance(processes, int):  # a ProcessGroup kept open across runs
+        if processes.num_devices != n:
+            raise HloSpmdError(f"the process group has {processes.num_devices} devices, "
+                               f"the program is for {n}")
+        per_device = processes.execute(proto_bytes, per_param)
+    elif processes > 1:
         from hlo_spmd.runtime.distributed import execute_multiprocess
 
         per_device = execute_multiprocess(proto_bytes, per_param, n, processes)
@@ -372,7 +381,7 @@ def verify(
     param_shardings: Sequence[Any] | None = None,
     output_sharding: Any | None = None,
     reference: str = "auto",
-    processes: int = 1,
+    processes: "int | ProcessGroup" = 1,
 ) -> ComparisonReport:
     """Run ``original`` on one device and ``partitioned`` on ``num_partitions``; compare.
 
@@ -427,9 +436,10 @@ def verify(
     report.problems[:0] = run.problems
     report.reference = (f"original run by XLA's own SPMD partitioner on {num_partitions} "
                         "devices" if used == "xla" else "original run on 1 device")
-    if processes > 1:
-        report.reference += (f"; partitioned run as {processes} processes x "
-                             f"{num_partitions // processes} devices (jax.distributed)")
+    k = processes if isinstance(processes, int) else processes.num_processes
+    if k > 1:
+        report.reference += (f"; partitioned run as {k} processes x "
+                             f"{num_partitions // k} devices (jax.distributed)")
     return report
 
 
