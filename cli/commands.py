@@ -169,8 +169,8 @@ def verify(original: str, partitioned: str, num_partitions: int | None, seed: in
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd_cli.xla_quiet import quiet_xla
 
-    orig = load_module(original)
-    part = load_module(partitioned)
+    orig = load_module(original, verify=True)
+    part = load_module(partitioned, verify=True)
     n = num_partitions or _recorded_partitions(part, orig)
     with quiet_xla(enabled=not xla_logs):
         from hlo_spmd.runtime import verify as run_verify

@@ -327,3 +327,19 @@ def test_two_processes_catch_a_broken_program(tmp_path):
     assert "2 processes x 4 devices" in r.output and "\nNOT OK (worst: " in r.output
     r = CliRunner().invoke(cli, ["verify", str(src), str(broken), "--processes", "3"])
     assert r.exit_code == 2 and "do not divide the 8 devices" in r.output
+
+
+def test_process_group_timeout_kills_its_children():
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.runtime.distributed import ProcessGroup
+
+    original, part = partitioned(DOT_F64, 4)
+    group = ProcessGroup(4, 2, timeout=0.01)  # cannot even start jax in that time
+    with group:
+        children = list(group._children)
+        assert len(children) == 2
+        with pytest.raises(HloSpmdError, match="did not finish within"):
+            verify(original, part, 4, processes=group)
+        assert all(c.poll() is not None for c in children)  # killed, not left running
+    with pytest.raises(HloSpmdError, match="closed"):
+        group.execute(part, [])

@@ -402,6 +402,7 @@ def verify(
     """
     original_bytes = to_proto_bytes(original)
     sig = entry_signature(original_bytes)
+    _check_fits_in_memory(sig)
     if inputs is None:
         inputs = random_inputs(sig.parameters, seed=seed, spec=input_spec)
     if reference not in ("auto", "unpartitioned", "xla"):
@@ -441,6 +442,22 @@ def verify(
         report.reference += (f"; partitioned run as {k} processes x "
                              f"{num_partitions // k} devices (jax.distributed)")
     return report
+
+
+def _check_fits_in_memory(sig: Signature) -> None:
+    """A module whose inputs and outputs cannot fit in this machine's memory is refused
+    up front, by name, rather than failing inside numpy or XLA."""
+    import os
+
+    need = sum(int(np.prod(a.shape, dtype=object)) * a.dtype.itemsize
+               for a in (*sig.parameters, *sig.results))
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return
+    if need > have:
+        raise HloSpmdError(f"the module's parameters and results need {need} bytes, more "
+                           f"than this machine's {have} bytes of memory: too large to run")
 
 
 def _interface_from_original(original: bytes, partitioned: bytes, num_partitions: int,
