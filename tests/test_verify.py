@@ -343,3 +343,50 @@ def test_process_group_timeout_kills_its_children():
         assert all(c.poll() is not None for c in children)  # killed, not left running
     with pytest.raises(HloSpmdError, match="closed"):
         group.execute(part, [])
+
+
+# -- item 9: shapes too large for XLA are bad input, named ------------------------------------
+@pytest.mark.parametrize("dims,message", [
+    ("9223372036854775807,2", "instruction x: shape f32[9223372036854775807,2]{1,0} is too "
+                              "large"),
+    ("4294967296,4294967296", "is too large"),                # a product past int64
+    ("9223372036854775808", "does not fit in 64 bits"),       # not even an int64
+])
+@pytest.mark.parametrize("command", ["partition", "verify", "stats"])
+def test_huge_dims_are_one_line_errors(tmp_path, dims, message, command):
+    from click.testing import CliRunner
+
+    from hlo_spmd_cli.main import _register, cli
+
+    _register()
+    src = tmp_path / "huge.hlo"
+    src.write_text(f"""HloModule m
+
+ENTRY main {{
+  x = f32[{dims}] parameter(0), sharding={{replicated}}
+  ROOT n = f32[{dims}] negate(x), sharding={{replicated}}
+}}
+""")
+    out = tmp_path / "out.pb"
+    args = {"partition": ["partition", str(src), "-o", str(out)],
+            "verify": ["verify", str(src), str(src), "-n", "2"],
+            "stats": ["stats", str(src)]}[command]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hlo-spmd: error: ") and message in lines[0]
+    assert not out.exists()
+
+
+def test_module_too_large_for_memory_is_refused_by_name():
+    from hlo_spmd.errors import HloSpmdError
+
+    text = """HloModule m
+
+ENTRY main {
+  x = f32[1099511627776,2] parameter(0)
+  ROOT n = f32[1099511627776,2] negate(x)
+}
+"""
+    with pytest.raises(HloSpmdError, match="too large to run"):
+        verify(text, text, 1)
