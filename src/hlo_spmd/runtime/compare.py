@@ -231,6 +231,27 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
+def _error(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``|a - e|``, 0 where both are NaN or the same infinity, inf where one is NaN."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - e)
+        both_nan = np.isnan(e) & np.isnan(a)
+        same_inf = np.isinf(e) & np.isinf(a) & (e == a)
+        diff = np.where(both_nan | same_inf, 0.0, diff)
+        return np.where(np.isnan(diff), np.inf, diff)
+
+
+def close_mask(expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> np.ndarray:
+    """Elementwise: does ``actual`` agree with ``expected`` under ``tolerance``? (exact
+    for integers and bool; NaN agrees with NaN). The one elementwise test: compare and
+    the replica check of reassembly both use it."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.dtype.kind in "iub" or tolerance.exact:
+        return (expected == actual) | (_error(_wide(expected), _wide(actual)) == 0)
+    e = _wide(expected)
+    return _error(e, _wide(actual)) <= tolerance.allowed(e)
+
+
 def compare_one(index: int, expected: np.ndarray, actual: np.ndarray,
                 rtol: float | None = None, atol: float | None = None, *,
                 eps: float | None = None, depth: int = 1) -> OutputComparison:
@@ -255,13 +276,8 @@ def compare_one(index: int, expected: np.ndarray, actual: np.ndarray,
     if expected.size == 0:
         return result
     e = _wide(expected)
-    a = _wide(actual)
+    diff = _error(e, _wide(actual))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        diff = np.abs(a - e)
-        both_nan = np.isnan(e) & np.isnan(a)
-        same_inf = np.isinf(e) & np.isinf(a) & (e == a)
-        diff = np.where(both_nan | same_inf, 0.0, diff)
-        diff = np.where(np.isnan(diff), np.inf, diff)  # NaN on one side only
         allowed = tol.allowed(e)
         bad = diff > allowed
         ratio = np.where(diff == 0, 0.0, diff / allowed)  # x / 0 = inf: exact and differs
