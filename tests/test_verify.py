@@ -6,6 +6,7 @@ maximum, a dropped collective, a shifted collective-permute), must say NOT OK.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -390,3 +391,21 @@ ENTRY main {
 """
     with pytest.raises(HloSpmdError, match="too large to run"):
         verify(text, text, 1)
+
+
+def test_rule_widened_by_the_error_of_xlas_own_partitioning(monkeypatch):
+    """With the rule made exact, a right program is still OK when XLA's own partitioning
+    of the module rounds as much on the same inputs; a broken one stays NOT OK."""
+    cmp = sys.modules["hlo_spmd.runtime.compare"]  # (the package exports a function of that name)
+
+    original, text = partition_text("mlp_2d_megatron")
+    monkeypatch.setattr(cmp, "C_REL", 0.0)
+    monkeypatch.setattr(cmp, "C_NORM", 1e-9)
+    report = run_text(original, text)
+    assert report.ok, str(report)
+    tol = report.outputs[0].tolerance
+    assert tol.xla_error > 0 and "x XLA's own error" in str(report)
+    broken = mutate(text.replace("\nENTRY", MAX_F32, 1),
+                    r"(all-reduce\([^\n]*?to_apply=)%add\.f32", r"\1%max.f32")
+    report = run_text(original, broken)
+    assert not report.ok and report.worst.worst > 100, str(report)
