@@ -7,9 +7,14 @@ process compiles the same program for all N devices, feeds the pieces of its own
 and writes back what its devices returned; the caller reassembles the global outputs
 exactly as for a one-process run (:func:`hlo_spmd.runtime.run.run_partitioned_detailed`).
 
-The worker is a plain function (:func:`worker`) run by ``python -c`` in a fresh process:
-the device count of a process is fixed when jax starts, so it cannot be the caller's.
-Children always end: a bounded wait, then a kill, on every path out.
+A :class:`ProcessGroup` starts the K workers once and runs program after program on
+them; :func:`execute_multiprocess` is a group of one program. The worker is a plain
+function (:func:`worker`) run by ``python -c`` in a fresh process (the device count of a
+process is fixed when jax starts, so it cannot be the caller's). Caller and workers talk
+through files in a private temporary directory: a job's module and per-device inputs as
+``.npy`` files, then ``go.json``; each worker answers ``done_<i>`` (its devices' outputs
+written) or ``error_<i>.txt``. Children always end: a bounded wait, then a kill, on every
+path out; a worker also stops when its parent is gone.
 """
 from __future__ import annotations
 
@@ -187,8 +192,9 @@ def _tail(path: Path, lines: int = 3) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    keep = [line for line in text.splitlines()
-            if line.strip() and not line[:1] in ("W", "I") or "Error" in line]
+    # the last lines that are not XLA's own log lines (they start "W1203 ..." / "I1203 ...")
+    keep = [line.strip() for line in text.splitlines()
+            if line.strip() and (line[:1] not in ("W", "I") or "Error" in line)]
     return " | ".join(keep[-lines:])
 
 
