@@ -7,15 +7,18 @@ into one element, and on the magnitude of those values, not on the element's own
 magnitude: a sum that cancels to nearly zero keeps the rounding error of its large
 summands. The rule, for a floating output ``e`` (reference) and ``a`` (actual)::
 
-    |a_i - e_i| <= C_REL * eps * |e_i|  +  C_NORM * eps * sqrt(K) * rms(e)
+    |a_i - e_i| <= C_REL * eps * |e_i|  +  C_NORM * eps * sqrt(K) * rms(e)     (8, 16)
 
 * ``eps``: machine epsilon of the coarsest floating type the program computes in (at least
   the output's): a float32 result of bfloat16 arithmetic has bfloat16's rounding.
 * ``K``: the reduction depth, the most values the program sums into one element (dot
-  contracting size, reduced elements, convolution window x input features); the rounding
-  error of a K-term sum grows like ``sqrt(K) * eps`` times its summands (Higham & Mary's
-  probabilistic bound), and ``rms(e)`` stands for the summands' magnitude (with random
-  inputs of mean 0 an element's summands are of the size of the output's typical value).
+  contracting size, reduced elements, convolution window x input features, and at least
+  the partial sums of the N devices); the rounding error of a K-term sum grows like
+  ``sqrt(K) * eps`` times its summands (Higham & Mary's probabilistic bound), and
+  ``rms(e)`` stands for the summands' magnitude (with random inputs of mean 0 an
+  element's summands are of the size of the output's typical value). A sum accumulated
+  at a finer precision than ``eps`` (XLA-CPU's bf16 dot sums in f32) counts for less:
+  :func:`hlo_spmd.runtime.precision.program_precision` reads K and eps from a module.
 * the first term is a few units in the last place of the element itself.
 
 Integers and pred compare exactly (integer sums are exact). NaN equals NaN, an infinity
@@ -36,8 +39,11 @@ import numpy as np
 
 #: Units in the last place allowed relative to the element itself.
 C_REL = 8.0
-#: Multiple of ``eps * sqrt(K) * rms(expected)`` allowed in absolute terms.
-C_NORM = 8.0
+#: Multiple of ``eps * sqrt(K) * rms(expected)`` allowed in absolute terms. A training
+#: step (errors compound through layers) reached 0.45 of the bound at 8 (fixtures'
+#: transformer_train_step); 16 leaves a margin of 4 there, while a dropped or maximised
+#: partial sum still errs by 5 (bf16) to 10^5 (f32) times the bound.
+C_NORM = 16.0
 #: Multiple of the largest error XLA's own partitioning of the module shows on the same
 #: inputs, allowed on top when the rule alone fails (see :func:`widen_by_xla`).
 C_XLA = 4.0
@@ -314,20 +320,21 @@ def compare_one(index: int, expected: np.ndarray, actual: np.ndarray,
 
 def compare(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray],
             rtol: float | None = None, atol: float | None = None, *,
-            eps: float | None = None, depth: int = 1) -> ComparisonReport:
+            eps: float | None = None, depth: int | Sequence[int] = 1) -> ComparisonReport:
     """Compare output lists by the rule of the module docstring: one function for
     ``verify`` and the tests.
 
     ``eps``: the precision the program computes in (default: each output's dtype);
-    ``depth``: its reduction depth K (:func:`hlo_spmd.runtime.precision.program_precision`
-    reads both from a module). Explicit ``rtol`` / ``atol`` replace the rule. Shape and
+    ``depth``: its reduction depth K, one for all outputs or one per output
+    (:func:`hlo_spmd.runtime.precision.program_precision` reads both from a module). Explicit ``rtol`` / ``atol`` replace the rule. Shape and
     dtype must match exactly.
     """
     report = ComparisonReport()
     if len(expected) != len(actual):
         report.problems.append(f"{len(actual)} outputs, expected {len(expected)}")
     for i, (e, a) in enumerate(zip(expected, actual)):
-        report.outputs.append(compare_one(i, e, a, rtol, atol, eps=eps, depth=depth))
+        k = depth if isinstance(depth, int) else (depth[i] if i < len(depth) else max(depth))
+        report.outputs.append(compare_one(i, e, a, rtol, atol, eps=eps, depth=k))
     return report
 
 

@@ -431,9 +431,11 @@ def verify(
     from hlo_spmd.ir.io import load_module_bytes
     from hlo_spmd.runtime.precision import program_precision
 
-    precision = program_precision(load_module_bytes(original_bytes, "original"))
-    report = compare(expected, run.outputs, rtol, atol, eps=precision.eps,
-                     depth=precision.depth)
+    precision = program_precision(load_module_bytes(original_bytes, "original"),
+                                  num_partitions)
+    depths = (precision.output_depths if len(precision.output_depths) == len(expected)
+              else precision.depth)
+    report = compare(expected, run.outputs, rtol, atol, eps=precision.eps, depth=depths)
     if not report.ok and rtol is None and atol is None and used == "unpartitioned" \
             and not run.problems and len(expected) == len(run.outputs):
         # The rule alone says no: see how much XLA's own partitioning of the module
