@@ -164,8 +164,9 @@ def verify(original: str, partitioned: str, num_partitions: int | None, seed: in
     """Run ORIGINAL on one CPU device and PARTITIONED on N, and compare (needs jax).
 
     The verdict allows the rounding a reassociated sum may show: |out - ref| <=
-    8 eps |ref| + 8 eps sqrt(K) rms(ref), eps the program's coarsest float precision,
-    K its largest reduction; integers exact. --rtol/--atol replace that rule."""
+    8 eps |ref| + 16 eps sqrt(K) rms(ref), eps the program's coarsest float precision,
+    K the largest reduction feeding the output; integers exact. --rtol/--atol replace
+    that rule."""
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd_cli.xla_quiet import quiet_xla
 
