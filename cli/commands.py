@@ -154,28 +154,40 @@ def partition(src: str, out: str, num_partitions: int | None, complete: bool,
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--rtol", type=float, default=None)
 @click.option("--atol", type=float, default=None)
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="K", help="Run PARTITIONED as K OS processes with N/K CPU devices "
+                                "each, joined through jax.distributed on 127.0.0.1, as a "
+                                "multi-host job runs it.")
 @click.option("--xla-logs", is_flag=True, help="Let XLA's own C++ log lines through to stderr.")
 def verify(original: str, partitioned: str, num_partitions: int | None, seed: int,
-           rtol: float | None, atol: float | None, xla_logs: bool) -> None:
-    """Run ORIGINAL on one CPU device and PARTITIONED on N, and compare (needs jax)."""
+           rtol: float | None, atol: float | None, processes: int, xla_logs: bool) -> None:
+    """Run ORIGINAL on one CPU device and PARTITIONED on N, and compare (needs jax).
+
+    The verdict allows the rounding a reassociated sum may show: |out - ref| <=
+    8 eps |ref| + 16 eps sqrt(K) rms(ref), eps the program's coarsest float precision,
+    K the largest reduction feeding the output; integers exact. --rtol/--atol replace
+    that rule."""
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd_cli.xla_quiet import quiet_xla
 
-    orig = load_module(original)
-    part = load_module(partitioned)
-    n = num_partitions or _recorded_partitions(part)
+    orig = load_module(original, verify=True)
+    part = load_module(partitioned, verify=True)
+    n = num_partitions or _recorded_partitions(part, orig)
     with quiet_xla(enabled=not xla_logs):
         from hlo_spmd.runtime import verify as run_verify
 
         report = run_verify(module_bytes(orig), module_bytes(part), n, seed=seed, rtol=rtol,
-                            atol=atol)
+                            atol=atol, processes=processes)
     click.echo(str(report))
     if not report.ok:
         raise SystemExit(1)
 
 
-def _recorded_partitions(module) -> int:
+def _recorded_partitions(module, original) -> int:
+    """The device count the partitioned module records; when it records none (HLO
+    text), the count the original's shardings imply."""
     from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.passes.partition import infer_num_partitions
     from hlo_spmd.sharding import from_proto
 
     counts = set()
@@ -188,6 +200,11 @@ def _recorded_partitions(module) -> int:
         for leaf in (s.tuple_elements if s.is_tuple else (s,)):
             if leaf.num_devices:
                 counts.add(leaf.num_devices)
+    if not counts and not shardings:
+        try:
+            return infer_num_partitions(original, None)
+        except HloSpmdError:
+            pass
     if len(counts) != 1:
         raise HloSpmdError("cannot tell the partition count from the module; pass --num-partitions")
     return counts.pop()

@@ -47,14 +47,29 @@ def _sub_one(pattern: str, text: str, rng: random.Random, repl) -> str:
     return text[: m.start()] + repl(m) + text[m.end():]
 
 
+#: Dims that are too large for an array (2^63-1, products past int64), past int64 itself,
+#: or negative.
+HUGE_DIMS = [2**63 - 1, 2**62, 2**63, 2**64 + 3, 2**32 + 1, -2**63, -7]
+
+
 def _rand_dims(rng: random.Random) -> str:
-    return ",".join(str(rng.choice([0, 1, 2, 3, 4, 5, 7, 8, 16, 64, -1, 2**31]))
-                    for _ in range(rng.randint(0, 4)))
+    pool = [0, 1, 2, 3, 4, 5, 7, 8, 16, 64, -1, 2**31]
+    if rng.random() < 0.3:
+        pool = pool + HUGE_DIMS
+    return ",".join(str(rng.choice(pool)) for _ in range(rng.randint(0, 4)))
+
+
+def _rand_layout(rng: random.Random) -> str:
+    rank = rng.randint(0, 4)
+    perm = [rng.choice([0, 1, 2, 3, 5, -1, 2**63 - 1]) for _ in range(rank)]
+    return "{" + ",".join(map(str, perm)) + rng.choice(["", ":T(8,128)", ":E(4)", ":S(1)"]) + "}"
 
 
 def mutate_text(text: str, other: str, rng: random.Random) -> str:
     kind = rng.choice(["sharding", "sharding", "shape", "shape", "opcode", "dims", "line",
-                       "truncate", "splice", "char"])
+                       "truncate", "splice", "char", "layout"])
+    if kind == "layout":
+        return _sub_one(r"\]\{[0-9,]*\}", text, rng, lambda m: "]" + _rand_layout(rng))
     if kind == "sharding":
         choices = [
             lambda m: "sharding={devices=[" + _rand_dims(rng) + "]<=[" + str(rng.choice([1, 2, 4, 8, 16, 3])) + "]}",
@@ -113,12 +128,18 @@ def mutate_proto_fields(data: bytes, rng: random.Random) -> bytes:
     ids = [i.id for i in insts] + [c.id for c in m.computations]
     inst = rng.choice(insts)
     kind = rng.choice(["opcode", "dim", "etype", "operand", "sharding", "sharding",
-                       "dims", "index", "called", "rank", "groups", "drop_operand"])
+                       "dims", "index", "called", "rank", "groups", "drop_operand", "layout"])
+    if kind == "layout":
+        layout = inst.shape.layout
+        del layout.minor_to_major[:]
+        layout.minor_to_major.extend(rng.choice([0, 1, 2, 5, -1, 2**62])
+                                     for _ in range(rng.randint(0, 4)))
     if kind == "opcode":
         inst.opcode = rng.choice(OPCODES)
     elif kind == "dim" and inst.shape.dimensions:
         k = rng.randrange(len(inst.shape.dimensions))
-        inst.shape.dimensions[k] = rng.choice([0, 1, 3, 1000, -5, 2**40])
+        inst.shape.dimensions[k] = rng.choice([0, 1, 3, 1000, -5, 2**40, 2**63 - 1, 2**62,
+                                               -2**63])
     elif kind == "etype":
         inst.shape.element_type = rng.choice([0, 1, 4, 11, 13, 16, 17, 99])
     elif kind == "operand" and inst.operand_ids:

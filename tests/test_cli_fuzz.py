@@ -43,6 +43,7 @@ OTHER_COMMANDS = [
     lambda src, out: ["show", src, "-a"],
     lambda src, out: ["stats", src, "--json"],
     lambda src, out: ["explain", src, "dot_general.1", "--json"],
+    lambda src, out: ["verify", src, src],  # not a per-device program: refused by name
 ]
 
 

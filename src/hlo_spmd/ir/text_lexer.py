@@ -154,8 +154,11 @@ class Cursor:
         m = _INT.match(self.text, pos)
         if m is None:
             raise self.error(f"expected {what} but found {self.describe(pos)}", pos)
+        value = int(m.group(0))
+        if not -2 ** 63 <= value < 2 ** 63:  # every integer attribute is an int64 field
+            raise self.error(f"{what} {m.group(0)} does not fit in 64 bits", pos)
         self.pos = m.end()
-        return int(m.group(0))
+        return value
 
     def keyword(self, word: str) -> bool:
         """Consume the identifier ``word`` if it is next (whole word only)."""

@@ -224,6 +224,8 @@ class ShapeParser:
             dims = tuple(int(d) for d in dims_text.split(",")) if dims_text else ()
         except ValueError:
             return None  # let the slow path point at the bad token
+        if any(not _INT64_MIN <= d <= _INT64_MAX for d in dims):
+            return None  # (the slow path reads each dim as an int64 and names the bad one)
         if et in (P.TOKEN, P.OPAQUE_TYPE):
             if dims:
                 raise cursor.error(f"{text_name(et)} shapes have no dimensions", pos)
@@ -237,6 +239,8 @@ class ShapeParser:
             try:
                 m2m = [int(x) for x in items]
             except ValueError:
+                return None
+            if any(not _INT64_MIN <= x <= _INT64_MAX for x in m2m):
                 return None
             _check_m2m(cursor, m2m, len(dims), m.start(3) - 1)
             lp.minor_to_major.extend(m2m)
@@ -391,6 +395,9 @@ class ShapeParser:
             raise cursor.error(f"unknown primitive type '{name}'", pos)
         cursor.expect(")")
         return int(t)
+
+
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 
 
 def _skip_blank(text: str, pos: int) -> int:

@@ -15,7 +15,8 @@ instruction at the first problem found:
 * the instruction's shape equals the inferred shape, ignoring layout, for every opcode
   with a rule (this also checks callee signatures: while body/condition, reducers,
   comparators, conditional branches, call arguments);
-* array dims are non-negative and a layout has one entry per dim;
+* array dims are non-negative, an array's byte size fits in int64, and a layout is a
+  permutation of the dims;
 * shardings, when present, fit the instruction's shape (``HloSharding.validate_for_shape``,
   with ``num_devices`` when given).
 
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from hlo_spmd.ir.module import Module
 
 
+#: The largest byte size of an array shape (XLA keeps sizes in int64).
+_MAX_BYTES = 2 ** 63 - 1
+
+
 def _where(comp: "Computation", inst=None) -> str:
     if inst is None:
         return f"computation {comp.name}"
@@ -55,11 +60,18 @@ def _check_shape_value(shape: Shape, comp: "Computation", inst) -> None:
     for d in shape.dims:
         if d < 0:
             raise VerifierError(f"shape {shape} has a negative dimension", _where(comp, inst))
+    if shape.dims and shape.element_type in ARRAY_TYPES and shape.byte_size() > _MAX_BYTES:
+        # XLA's shape validation: an array's byte size must fit in int64
+        raise VerifierError(f"shape {shape} is too large: {shape.byte_size()} bytes, more "
+                            f"than an XLA array can hold (2^63-1)", _where(comp, inst))
     lay = shape.layout
-    if lay is not None and len(lay.minor_to_major) != len(shape.dims) and (
-            shape.element_type in ARRAY_TYPES):
-        raise VerifierError(f"shape {shape} has a layout with {len(lay.minor_to_major)} "
-                            f"entries for rank {len(shape.dims)}", _where(comp, inst))
+    if lay is not None and shape.element_type in ARRAY_TYPES:
+        if len(lay.minor_to_major) != len(shape.dims):
+            raise VerifierError(f"shape {shape} has a layout with {len(lay.minor_to_major)} "
+                                f"entries for rank {len(shape.dims)}", _where(comp, inst))
+        if sorted(lay.minor_to_major) != list(range(len(shape.dims))):
+            raise VerifierError(f"shape {shape} has a layout {list(lay.minor_to_major)} that "
+                                f"is not a permutation of its dims", _where(comp, inst))
 
 
 def verify_module(module: "Module", *, check_shapes: bool = True,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -32,8 +32,10 @@ def _first_lines(exc: BaseException, n: int = 6) -> str:
     return "\n".join(lines[:n])
 
 
-def compile_options(num_partitions: int):
-    """``CompileOptions`` for one replica and ``num_partitions`` partitions on devices 0..N-1."""
+def compile_options(num_partitions: int, device_ids: Sequence[int] | None = None):
+    """``CompileOptions`` for one replica and ``num_partitions`` partitions on devices
+    0..N-1, or on ``device_ids`` (partition p on ``device_ids[p]``: a multi-process run's
+    global ids are not 0..N-1)."""
     xc = load_jax(num_partitions).xla_client
     n = int(num_partitions)
     options = xc.CompileOptions()
@@ -43,7 +45,8 @@ def compile_options(num_partitions: int):
     build.num_replicas = 1
     build.num_partitions = n
     build.use_spmd_partitioning = n > 1
-    assignment = xc.DeviceAssignment.create(np.arange(n).reshape(1, n))
+    ids = np.arange(n) if device_ids is None else np.asarray(list(device_ids))
+    assignment = xc.DeviceAssignment.create(ids.reshape(1, n))
     build.device_assignment = assignment
     options.device_assignment = assignment
     return options

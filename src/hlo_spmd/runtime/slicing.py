@@ -156,11 +156,10 @@ def shard_pieces(array: np.ndarray, sharding: ShardingLike, num_devices: int,
 
 
 def _close_mask(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> np.ndarray:
-    """Elementwise agreement: isclose (NaN == NaN) for floats, equality otherwise."""
-    if a.dtype.kind in "iub":
-        return a == b
-    wide = np.complex128 if a.dtype.kind == "c" else np.float64
-    return np.isclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=atol, equal_nan=True)
+    """Elementwise agreement of two replicas (:func:`~hlo_spmd.runtime.compare.close_mask`)."""
+    from hlo_spmd.runtime.compare import Tolerance, close_mask
+
+    return close_mask(a, b, Tolerance(rtol, 0.0, atol))
 
 
 def _unreduced_groups(s: HloSharding, n: int) -> np.ndarray:

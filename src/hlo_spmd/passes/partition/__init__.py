@@ -4,7 +4,8 @@ from __future__ import annotations
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
-from hlo_spmd.passes.partition.driver import partition_module
+from hlo_spmd.passes.partition.driver import entry_interface, partition_module
+from hlo_spmd.sharding import HloSharding
 from hlo_spmd.records import Record
 
 
@@ -59,12 +60,10 @@ def debug_verify(module: Module, after: str) -> None:
         raise
 
 
-def partition(module: Module, num_partitions: int | None = None, *,
-              complete: bool = False, verify: bool = True,
-              options: PartitionOptions | None = None) -> PartitionedModule:
-    """Complete the shardings (unless ``complete``) and partition ``module`` in place (the
-    pass pipeline; ``hlo_spmd.partition`` is the API over it, which loads or copies its
-    input and builds the report)."""
+def prepare(module: Module, num_partitions: int | None = None, *,
+            complete: bool = False) -> int:
+    """What :func:`partition` does before partitioning, in place: inline calls, normalize
+    annotations and complete the shardings (unless ``complete``). Returns the device count."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.passes.inline_calls import inline_calls
 
@@ -80,6 +79,26 @@ def partition(module: Module, num_partitions: int | None = None, *,
         # normalization pass inside propagate).
         propagate(module, annotations=annotations)
         debug_verify(module, "sharding completion")
+    return n
+
+
+def interface_shardings(module: Module, num_partitions: int | None = None, *,
+                        complete: bool = False) -> tuple[list[HloSharding], HloSharding]:
+    """The global shardings :func:`partition` records for ``module``'s entry parameters
+    (``spmd_parameters_shardings``) and result (``spmd_output_sharding``), without
+    partitioning: for a partitioned module that does not carry them (HLO text has no
+    syntax for them). Completes ``module`` in place, as :func:`partition` would."""
+    prepare(module, num_partitions, complete=complete)
+    return entry_interface(module)
+
+
+def partition(module: Module, num_partitions: int | None = None, *,
+              complete: bool = False, verify: bool = True,
+              options: PartitionOptions | None = None) -> PartitionedModule:
+    """Complete the shardings (unless ``complete``) and partition ``module`` in place (the
+    pass pipeline; ``hlo_spmd.partition`` is the API over it, which loads or copies its
+    input and builds the report)."""
+    n = prepare(module, num_partitions, complete=complete)
     out, report = partition_module(module, n, options)
     if verify:
         from hlo_spmd.ir.verifier import verify_module

@@ -168,6 +168,15 @@ def partition_computation(ctx: PartitionContext, comp: Computation,
     return out
 
 
+def entry_interface(module: Module) -> tuple[list[HloSharding], HloSharding]:
+    """The global shardings of a completed module's entry parameters and root, as the
+    partitioned module records them (unannotated means replicated)."""
+    params = [p.sharding if p.sharding is not None else HloSharding.replicate()
+              for p in module.entry.parameters]
+    root = module.entry.root.sharding
+    return params, root if root is not None else HloSharding.replicate()
+
+
 def partition_module(module: Module, num_partitions: int,
                      options: PartitionOptions | None = None) -> tuple[Module, PartitionReport]:
     out = Module(module.name)
