@@ -21,8 +21,11 @@ that ties dims of the operand, the indices, the updates and the result together:
 * replication  everything else: whole on those devices.
 
 Candidate grids are read off the current shardings of the operand, the indices (and
-updates) and off the wanted result sharding; each is emitted and costed in communicated
-bytes per device with the project's one cost model (``choose``), the cheapest is kept. Duplicate indices in an overwriting scatter keep
+updates) and off the wanted result sharding. Plans are data: each candidate (and the
+replicated fallback) is priced without emitting anything, in bytes per device on the wire
+(``reshard.reshard_cost`` and ``collectives.cost``, the one cost model) plus the bytes of
+its largest new array (``Strategy.key``); only the winner is emitted, so a loser leaves no
+dead code and no warning. Duplicate indices in an overwriting scatter keep
 XLA's semantics because every update of a row is applied on the devices that own the row,
 in the original order.
 
@@ -32,25 +35,27 @@ the same strategies inside the manual groups, on the non-manual rest of their sh
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
 
+from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
+                                               reshard_price)
 from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
-                               partial_replicate_all_except)
+                               partial_replicate_all_except, tile_shape)
 
 PRED = PrimitiveType.PRED
 
@@ -186,6 +191,74 @@ def _wanted_sharding(s: HloSharding) -> HloSharding | None:
     if s.is_manual or s.is_maximal or s.subgroup_types:
         return None
     return s
+
+
+# -- plans as data ----------------------------------------------------------------------------
+class Strategy:
+    """One candidate: its grid, its price in the one cost model (bytes per device on the
+    wire, ``collectives.cost``; bytes of the largest new array) and how to emit it. The
+    handler prices every candidate, then emits only the winner."""
+    __slots__ = ("grid", "bytes", "peak", "emit")
+
+    def __init__(self, grid: Grid | None, nbytes: float, peak: float,
+                 emit: Callable[[], PValue]) -> None:
+        self.grid = grid
+        self.bytes = nbytes
+        self.peak = peak
+        self.emit = emit
+
+    def key(self) -> tuple[float, float]:
+        # Communication and per-device memory weigh the same, so a strategy that saves a
+        # little traffic by making an operand whole on every device loses to one that keeps
+        # tensors small; ties: fewer bytes on the wire, then the earlier candidate.
+        return (round(self.bytes + self.peak, 3), round(self.bytes, 3))
+
+
+def _itemsize(shape: Shape) -> float:
+    return bit_width(shape.element_type) / 8.0
+
+
+def _local_bytes(shape: Shape, s: HloSharding) -> float:
+    """Bytes of one device's piece of an array of ``shape`` sharded ``s``."""
+    dims = tile_shape(s, shape.dims) if s.is_tiled else tuple(shape.dims)
+    return float(math.prod(dims)) * _itemsize(shape)
+
+
+def _moves(ctx: PartitionContext, pairs: Sequence[tuple[PValue, HloSharding]]) -> tuple[float, float]:
+    """(bytes, largest new array) of resharding every value of ``pairs`` to its target."""
+    nbytes, peak = 0.0, 0.0
+    for pv, s in pairs:
+        b, p = reshard_price(ctx, pv, s)
+        nbytes, peak = nbytes + b, max(peak, p)
+    return nbytes, peak
+
+
+def _result_move(ctx: PartitionContext, shape: Shape, src: HloSharding,
+                 dst: HloSharding) -> tuple[float, float]:
+    """(bytes, largest new array) of taking a fresh result from ``src`` to ``dst``; the
+    piece ``dst`` leaves on each device counts as new."""
+    if src == dst:
+        return 0.0, _local_bytes(shape, dst)
+    size, n = _itemsize(shape), ctx.num_devices
+    return (reshard_cost(shape.dims, size, src, dst, n),
+            max(reshard_peak(shape.dims, size, src, dst, n), _local_bytes(shape, dst)))
+
+
+def _replicated_key(ctx: PartitionContext, inst: Instruction,
+                    vals: Sequence[PValue]) -> tuple[float, float]:
+    """The price of ``handle_replicated``: every operand made whole, the whole result, its
+    piece cut out for the wanted sharding."""
+    moves = [(v, HloSharding.replicate()) for v in vals if not v.sharding.is_manual]
+    nbytes, peak = _moves(ctx, moves)
+    full = ctx.sharding_of(inst)
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
+    leaves = list(full.tuple_elements) if full.is_tuple else [full] * len(shapes)
+    for shape, s in zip(shapes, leaves):
+        peak = max(peak, _local_bytes(shape, HloSharding.replicate()))
+        if not (s.is_manual or s.is_maximal or s.subgroup_types):
+            b, _ = _result_move(ctx, shape, HloSharding.replicate(), s)
+            nbytes += b
+    return Strategy(None, nbytes, peak, lambda: None).key()
 
 
 # -- indices arithmetic -----------------------------------------------------------------------
@@ -343,17 +416,37 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
     return reshard(ctx, PValue(y, inst.shape, out_s), target)
 
 
+def _price_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
+                  target: HloSharding, vals: Sequence[PValue]) -> tuple[float, float]:
+    """(bytes, largest new array) of ``_emit_gather`` with ``grid``: what it reshards, the
+    all-reduce over the trivially sliced devices, the result's reshard."""
+    op_s = grid.sharding_for("op", gd.rank)
+    idx_s = grid.sharding_for("idx", gd.idx_rank)
+    out_s = grid.sharding_for("out", gd.out_rank)
+    nbytes, peak = _moves(ctx, [(vals[0], op_s), (vals[1], idx_s)])
+    y = _local_bytes(inst.shape, out_s)
+    peak = max(peak, y)
+    triv = grid.axes("triv")
+    if triv:
+        k = int(math.prod(grid.arr.shape[a] for a in triv))
+        nbytes += bytes_per_device("all-reduce", y, y, k)
+        peak = max(peak, _local_bytes(inst.operands[1].shape, idx_s))
+    b, p = _result_move(ctx, inst.shape, out_s, target)
+    return nbytes + b, max(peak, p)
+
+
 @handles("gather")
 def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
     if any(d == 0 for s in (inst.shape, *[o.shape for o in inst.operands]) for d in s.dims):
         return handle_replicated(ctx, inst)
-    return _in_manual_groups(ctx, inst, _gather_candidates)
+    return _plan_and_emit(ctx, inst, _gather_strategies)
 
 
-def _gather_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
-                       target: HloSharding | None) -> list[Callable[[], PValue]]:
+def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                       target: HloSharding | None) -> list[Strategy]:
     """The grid strategies for ``inst`` on operand values ``vals`` (shardings of the current
-    device group) towards ``target``; none when a sharding is not one they understand."""
+    device group) towards ``target``, priced; none when a sharding is not one they
+    understand."""
     if target is None or not all(_plain_sharding(v.sharding) for v in vals):
         return []
     gd = GatherDims.of(inst)
@@ -370,30 +463,34 @@ def _gather_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[
         combine(from_op, grid_from(target, gd.out_rank,
                                    only(gd.output_labels(op_dims), "index")), n),
     ])
-    return [(lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals)) for g in grids]
+    return [Strategy(g, *_price_gather(ctx, inst, gd, g, target, vals),
+                     lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals))
+            for g in grids]
 
 
-def _in_manual_groups(ctx: PartitionContext, inst: Instruction,
-                      candidates: Callable[..., list[Callable[[], PValue]]]) -> PValue:
-    """The cheapest of ``candidates`` (or the replicated fallback). When the operands and
-    the result are partially manual over the same device groups (GSPMD 4.4, as the dot
-    handler does), the strategies run inside those groups on the non-manual rest of the
-    shardings: their collectives act within every manual group at once."""
+def _plan_and_emit(ctx: PartitionContext, inst: Instruction,
+                   strategies: Callable[..., list[Strategy]]) -> PValue:
+    """Price the grid ``strategies`` and the replicated fallback, then emit only the
+    cheapest (``Strategy.key``; ties keep the earlier, the fallback comes last). When the
+    operands and the result are partially manual over the same device groups (GSPMD 4.4,
+    as the dot handler does), the strategies run inside those groups on the non-manual
+    rest of the shardings: their collectives act within every manual group at once."""
     vals = [ctx.value(o) for o in inst.operands]
     target = _wanted(ctx, inst)
     inner = _manual_inner(ctx, inst, vals)
     if inner is None:
-        cands = candidates(ctx, inst, vals, target)
+        cands = strategies(ctx, inst, vals, target)
+        outer = None
     else:
         groups, inner_vals, inner_target = inner
-        inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-        full = ctx.sharding_of(inst)
-
-        def outer(emit: Callable[[], PValue]) -> Callable[[], PValue]:
-            return lambda: PValue(emit().hlo, inst.shape, full)
-        cands = [outer(c) for c in candidates(inner_ctx, inst, inner_vals, inner_target)]
-    cands.append(lambda: handle_replicated(ctx, inst))
-    return cheapest_or_replicated(ctx, inst, cands)
+        cands = strategies(ctx.in_group(ctx.grouping.subgroup(groups)), inst, inner_vals,
+                           inner_target)
+        outer = ctx.sharding_of(inst)
+    best = min(cands, key=Strategy.key) if cands else None
+    if best is None or _replicated_key(ctx, inst, vals) < best.key():
+        return handle_replicated(ctx, inst)
+    pv = best.emit()
+    return pv if outer is None else PValue(pv.hlo, inst.shape, outer)
 
 
 def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue]):
@@ -544,16 +641,43 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
                                HloSharding.tuple([out_s] * n) if n > 1 else out_s), target)
 
 
+def _price_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, grid: Grid,
+                   target: HloSharding, combiner: str | None,
+                   vals: Sequence[PValue]) -> tuple[float, float]:
+    """(bytes, largest new array) of ``_emit_scatter`` with ``grid``."""
+    n = len(inst.operands) // 2
+    op_s = grid.sharding_for("op", sd.rank)
+    idx_s = grid.sharding_for("idx", sd.idx_rank)
+    upd_s = grid.sharding_for("upd", sd.upd_rank)
+    out_s = grid.sharding_for("out", sd.rank)
+    nbytes, peak = _moves(ctx, [(vals[i], op_s) for i in range(n)] + [(vals[n], idx_s)]
+                          + [(vals[n + 1 + i], upd_s) for i in range(n)])
+    ys = [_local_bytes(inst.operands[i].shape, op_s) for i in range(n)]
+    peak = max(peak, *ys)
+    tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
+    if any(p in sd.index_map and tiles[p] > 1 for p in range(sd.rank)):
+        peak = max(peak, _local_bytes(inst.operands[n].shape, idx_s))
+    index = grid.axes("index")
+    if index:
+        k = int(math.prod(grid.arr.shape[a] for a in index))
+        nbytes += sum(bytes_per_device("all-reduce", y, y, k) for y in ys)
+    leaves = list(target.tuple_elements) if target.is_tuple else [target]
+    for i, t in enumerate(leaves):
+        b, p = _result_move(ctx, inst.operands[i].shape, out_s, t)
+        nbytes, peak = nbytes + b, max(peak, p)
+    return nbytes, peak
+
+
 @handles("scatter")
 def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
     if any(d == 0 for o in inst.operands for d in o.shape.dims):
         return handle_replicated(ctx, inst)
-    return _in_manual_groups(ctx, inst, _scatter_candidates)
+    return _plan_and_emit(ctx, inst, _scatter_strategies)
 
 
-def _scatter_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
-                        target: HloSharding | None) -> list[Callable[[], PValue]]:
-    """The grid strategies for ``inst`` (as ``_gather_candidates``)."""
+def _scatter_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                        target: HloSharding | None) -> list[Strategy]:
+    """The grid strategies for ``inst``, priced (as ``_gather_strategies``)."""
     if target is None or not all(_plain_sharding(v.sharding) for v in vals):
         return []
     n = len(inst.operands) // 2
@@ -581,5 +705,6 @@ def _scatter_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence
         grid_from(target, sd.rank, [lab if lab is None or lab[0] != "index" else None
                                     for lab in sd.operand_labels(op_dims, upd_dims)]),
     ]
-    return [(lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner, vals))
+    return [Strategy(g, *_price_scatter(ctx, inst, sd, g, norm_target, combiner, vals),
+                     lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner, vals))
             for g in _dedupe(srcs)]
