@@ -50,6 +50,7 @@ from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
+from hlo_spmd.passes.partition.masking import padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
@@ -612,16 +613,43 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     ups = [reshard(ctx, vals[n + 1 + i], upd_s).hlo for i in range(n)]
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
     triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
-    if triv:
-        # Indices relative to this shard: updates for rows elsewhere land out of bounds and
-        # are dropped, as out-of-bounds updates are in the unpartitioned scatter. (Rows
-        # past the end of the real data fall into this shard's padding: garbage anyway.)
+    spare = None
+    idx_pv = PValue(idx, idx_shape, idx_s)
+    padded = [j for j in padded_dims(idx_pv) if j != sd.ivd]
+    if triv or padded:
+        # Indices relative to this shard. Updates for rows elsewhere, the windows the
+        # unpartitioned scatter drops (out of bounds) and the padding of unevenly split
+        # indices are all sent to spare rows appended to the shard along one indexed dim
+        # (the first trivially sliced one) and cut off afterwards, so no local index is
+        # ever out of bounds: XLA's CPU backend does not drop an out-of-bounds window of a
+        # scatter whose operand is a dynamic-slice (checked with jaxlib 0.10.2). The
+        # spare rows cost no communication.
         parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
-        for p in triv:
-            k = sd.index_map.index(p)
+        upd_dims = inst.operands[n + 1].shape.dims
+        windows = [upd_dims[sd.window_of[p]] if p in sd.window_of else 1
+                   for p in sd.index_map]
+        valid = None
+        if padded:
+            valid = _index_parts(ctx, valid_mask(ctx, idx_pv, padded), sd.ivd, 1)[0]
+        for k, p in enumerate(sd.index_map):
             v = parts[k]
-            start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
-            parts[k] = b.subtract(v, start)
+            zero = _bcast(ctx, b.scalar(0, v), v)
+            ok = b.and_(b.compare(v, zero, "GE"),
+                        b.compare(v, _bcast(ctx, b.scalar(op_shape.dims[p] - windows[k], v), v),
+                                  "LE"))
+            if p in triv:
+                start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
+                parts[k] = b.subtract(v, start)
+                rows = _bcast(ctx, b.scalar(xs[0].shape.dims[p], v), v)
+                ok = b.and_(ok, b.and_(b.compare(parts[k], zero, "GE"),
+                                       b.compare(parts[k], rows, "LT")))
+            valid = ok if valid is None else b.and_(valid, ok)
+        spare = triv[0] if triv else sd.index_map[0]
+        for k, p in enumerate(sd.index_map):
+            v = parts[k]
+            elsewhere = xs[0].shape.dims[p] if p == spare else 0
+            parts[k] = b.select(valid, v, _bcast(ctx, b.scalar(elsewhere, v), v))
+        spare_rows = windows[sd.index_map.index(spare)]
         idx = _join_parts(ctx, parts, sd.ivd, idx_shape.rank)
     partial = bool(grid.axes("index"))
     base = xs
@@ -629,10 +657,18 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
         # Each device scatters its share of the updates into zeros; the sum of the shares
         # plus the operand is the result.
         base = [b.broadcast(b.scalar(0, x), list(x.shape.dims), []) for x in xs]
-    local_shape = (Shape.tuple_of([x.shape for x in xs]) if n > 1 else xs[0].shape)
+    if spare is not None:
+        high = [spare_rows if d == spare else 0 for d in range(sd.rank)]
+        base = [b.pad(x, b.scalar(0, x), [0] * sd.rank, high) for x in base]
+    local_shape = (Shape.tuple_of([x.shape for x in base]) if n > 1 else base[0].shape)
     y = b.op("scatter", [*base, idx, *ups], copy_attrs(inst),
              [ctx.clone(c) for c in inst.called_computations], declared=local_shape,
              name=inst.name)
+    if spare is not None:
+        dims = list(xs[0].shape.dims)
+        cut = [b.slice(b.get_tuple_element(y, i) if n > 1 else y, [0] * sd.rank, dims,
+                       [1] * sd.rank) for i in range(n)]
+        y = b.tuple(cut) if n > 1 else cut[0]
     if partial:
         y = ctx.f.all_reduce(y, combiner, grid.groups(grid.axes("index")))
         if combiner == "add":
