@@ -44,13 +44,14 @@ from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.gather_scatter_dims import GatherDims, Role, ScatterDims
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
-from hlo_spmd.passes.partition.masking import padded_dims, valid_mask
+from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
@@ -60,9 +61,6 @@ from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
 
 PRED = PrimitiveType.PRED
 
-# A role: (kind, {array name: dim}). Arrays: "op" operand(s), "idx" indices, "upd" updates,
-# "out" result. "triv" has op and (scatter) out; "index" has idx, upd/out.
-Role = tuple[str, tuple[tuple[str, int], ...]]
 
 
 # The records below are plain ``__slots__`` classes (never compared, copied or mutated):
@@ -302,78 +300,21 @@ def _bcast(ctx: PartitionContext, x: Instruction, like: Instruction) -> Instruct
     return ctx.b.broadcast(x, list(like.shape.dims), []) if like.shape.rank else x
 
 
+def _identity(combiner: str | None, et: PrimitiveType):
+    """The identity of scatter combiner ``combiner`` on ``et`` (a numpy scalar), or None."""
+    if combiner is None:
+        return None
+    try:
+        return pad_value_identity(combiner, et)
+    except ValueError:
+        return None
+
+
 def _combine_op(et: PrimitiveType) -> str:
     return "or" if et == PRED else "add"
 
 
 # -- gather -----------------------------------------------------------------------------------
-class GatherDims:
-    __slots__ = ("rank", "idx_rank", "out_rank", "ivd", "offset_of", "batch_out",
-                 "batching", "index_map", "sizes")
-
-    def __init__(self, rank: int, idx_rank: int, out_rank: int, ivd: int,
-                 offset_of: dict[int, int], batch_out: dict[int, int],
-                 batching: dict[int, int], index_map: list[int], sizes: list[int]) -> None:
-        self.rank = rank                  # operand rank
-        self.idx_rank = idx_rank
-        self.out_rank = out_rank
-        self.ivd = ivd
-        self.offset_of = offset_of        # operand window dim -> output offset dim
-        self.batch_out = batch_out        # indices batch dim -> output batch dim
-        self.batching = batching          # operand batching dim -> indices batching dim
-        self.index_map = index_map        # start_index_map
-        self.sizes = sizes
-
-    @classmethod
-    def of(cls, inst: Instruction) -> "GatherDims":
-        g = inst.attrs.gather_dimension_numbers
-        op, idx = inst.operands[0].shape, inst.operands[1].shape
-        collapsed, obatch = set(g.collapsed_slice_dims), list(g.operand_batching_dims)
-        window = [d for d in range(op.rank) if d not in collapsed and d not in obatch]
-        offset = list(g.offset_dims)
-        out_rank = inst.shape.rank
-        out_batch = [q for q in range(out_rank) if q not in set(offset)]
-        idx_batch = [j for j in range(idx.rank) if j != g.index_vector_dim]
-        return cls(op.rank, idx.rank, out_rank, g.index_vector_dim, dict(zip(window, offset)),
-                   dict(zip(idx_batch, out_batch)),
-                   dict(zip(obatch, g.start_indices_batching_dims)), list(g.start_index_map),
-                   list(inst.attrs.gather_slice_sizes))
-
-    def operand_labels(self, op_dims) -> list[Role | None]:
-        idx_of_batch = self.batching
-        out = []
-        for p in range(self.rank):
-            if p in idx_of_batch:
-                j = idx_of_batch[p]
-                out.append(("batch", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
-            elif p in self.offset_of and p not in self.index_map and self.sizes[p] == op_dims[p]:
-                out.append(("pass", (("op", p), ("out", self.offset_of[p]))))
-            elif p in self.index_map and self.sizes[p] == 1:
-                out.append(("triv", (("op", p),)))
-            else:
-                out.append(None)
-        return out
-
-    def index_labels(self) -> list[Role | None]:
-        op_of = {j: p for p, j in self.batching.items()}
-        out = []
-        for j in range(self.idx_rank):
-            if j == self.ivd:
-                out.append(None)
-            elif j in op_of:
-                out.append(("batch", (("op", op_of[j]), ("idx", j), ("out", self.batch_out[j]))))
-            else:
-                out.append(("index", (("idx", j), ("out", self.batch_out[j]))))
-        return out
-
-    def output_labels(self, op_dims) -> list[Role | None]:
-        by_out: dict[int, Role | None] = {}
-        for lab in self.operand_labels(op_dims) + self.index_labels():
-            if lab is not None and lab[0] != "triv":
-                by_out[dict(lab[1])["out"]] = lab
-        return [by_out.get(q) for q in range(self.out_rank)]
-
-
 @with_cause("reduction")
 def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
                  target: HloSharding, vals: Sequence[PValue]) -> PValue:
@@ -518,79 +459,6 @@ def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValu
 
 
 # -- scatter ----------------------------------------------------------------------------------
-class ScatterDims:
-    __slots__ = ("rank", "idx_rank", "upd_rank", "ivd", "window_of", "scatter_upd",
-                 "batching", "index_map")
-
-    def __init__(self, rank: int, idx_rank: int, upd_rank: int, ivd: int,
-                 window_of: dict[int, int], scatter_upd: dict[int, int],
-                 batching: dict[int, int], index_map: list[int]) -> None:
-        self.rank = rank
-        self.idx_rank = idx_rank
-        self.upd_rank = upd_rank
-        self.ivd = ivd
-        self.window_of = window_of        # operand window dim -> updates window dim
-        self.scatter_upd = scatter_upd    # indices batch dim -> updates scatter dim
-        self.batching = batching          # operand batching dim -> indices batching dim
-        self.index_map = index_map
-
-    @classmethod
-    def of(cls, inst: Instruction) -> "ScatterDims":
-        n = len(inst.operands) // 2
-        sd = inst.attrs.scatter_dimension_numbers
-        op, idx, upd = (inst.operands[0].shape, inst.operands[n].shape,
-                        inst.operands[n + 1].shape)
-        inserted, ibatch = set(sd.inserted_window_dims), list(sd.input_batching_dims)
-        window = [d for d in range(op.rank) if d not in inserted and d not in ibatch]
-        uwd = list(sd.update_window_dims)
-        upd_scatter = [u for u in range(upd.rank) if u not in set(uwd)]
-        idx_batch = [j for j in range(idx.rank) if j != sd.index_vector_dim]
-        return cls(op.rank, idx.rank, upd.rank, sd.index_vector_dim, dict(zip(window, uwd)),
-                   dict(zip(idx_batch, upd_scatter)),
-                   dict(zip(ibatch, sd.scatter_indices_batching_dims)),
-                   list(sd.scatter_dims_to_operand_dims))
-
-    def operand_labels(self, op_dims, upd_dims) -> list[Role | None]:
-        out = []
-        for p in range(self.rank):
-            if p in self.batching:
-                j = self.batching[p]
-                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
-                                      ("out", p))))
-            elif (p in self.window_of and p not in self.index_map
-                  and upd_dims[self.window_of[p]] == op_dims[p]):
-                out.append(("pass", (("op", p), ("upd", self.window_of[p]), ("out", p))))
-            elif p in self.index_map and (p not in self.window_of
-                                          or upd_dims[self.window_of[p]] == 1):
-                out.append(("triv", (("op", p), ("out", p))))
-            else:
-                out.append(None)
-        return out
-
-    def index_labels(self, combinable: bool) -> list[Role | None]:
-        op_of = {j: p for p, j in self.batching.items()}
-        out = []
-        for j in range(self.idx_rank):
-            if j == self.ivd:
-                out.append(None)
-            elif j in op_of:
-                p = op_of[j]
-                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
-                                      ("out", p))))
-            elif combinable:
-                out.append(("index", (("idx", j), ("upd", self.scatter_upd[j]))))
-            else:
-                out.append(None)
-        return out
-
-    def update_labels(self, op_dims, upd_dims, combinable: bool) -> list[Role | None]:
-        by_upd: dict[int, Role | None] = {}
-        for lab in self.operand_labels(op_dims, upd_dims) + self.index_labels(combinable):
-            if lab is not None and "upd" in dict(lab[1]):
-                by_upd[dict(lab[1])["upd"]] = lab
-        return [by_upd.get(u) for u in range(self.upd_rank)]
-
-
 # Combiners whose partial results (one per share of the updates) combine with an
 # all-reduce: add (shares scattered into zeros, then added to the operand) and the
 # idempotent ones (each share scattered into the operand itself).
@@ -619,11 +487,11 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     if triv or padded:
         # Indices relative to this shard. Updates for rows elsewhere, the windows the
         # unpartitioned scatter drops (out of bounds) and the padding of unevenly split
-        # indices are all sent to spare rows appended to the shard along one indexed dim
-        # (the first trivially sliced one) and cut off afterwards, so no local index is
-        # ever out of bounds: XLA's CPU backend does not drop an out-of-bounds window of a
-        # scatter whose operand is a dynamic-slice (checked with jaxlib 0.10.2). The
-        # spare rows cost no communication.
+        # indices must change nothing, and no local index may be out of bounds: XLA's CPU
+        # backend does not drop an out-of-bounds window of a scatter whose operand is a
+        # dynamic-slice (checked with jaxlib 0.10.2). With a combiner that has an
+        # identity they become identity updates; otherwise they go to spare rows
+        # appended to the shard along one indexed dim and cut off afterwards.
         parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
         upd_dims = inst.operands[n + 1].shape.dims
         windows = [upd_dims[sd.window_of[p]] if p in sd.window_of else 1
@@ -644,12 +512,24 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
                 ok = b.and_(ok, b.and_(b.compare(parts[k], zero, "GE"),
                                        b.compare(parts[k], rows, "LT")))
             valid = ok if valid is None else b.and_(valid, ok)
-        spare = triv[0] if triv else sd.index_map[0]
-        for k, p in enumerate(sd.index_map):
-            v = parts[k]
-            elsewhere = xs[0].shape.dims[p] if p == spare else 0
-            parts[k] = b.select(valid, v, _bcast(ctx, b.scalar(elsewhere, v), v))
-        spare_rows = windows[sd.index_map.index(spare)]
+        identity = _identity(combiner, ups[0].shape.element_type) if n == 1 else None
+        if identity is not None:
+            # A combiner with an identity: those updates become the identity, scattered
+            # at local index 0 (always in bounds); nothing grows.
+            parts = [b.select(valid, v, _bcast(ctx, b.scalar(0, v), v)) for v in parts]
+            u = ups[0]
+            at = [sd.scatter_upd[j] for j in range(sd.idx_rank) if j != sd.ivd]
+            keep = b.broadcast(valid, list(u.shape.dims), at)
+            ups = [b.select(keep, u, b.broadcast(b.scalar(identity, u), list(u.shape.dims), []))]
+        else:
+            spare = triv[0] if triv else sd.index_map[0]
+            for k, p in enumerate(sd.index_map):
+                v = parts[k]
+                elsewhere = xs[0].shape.dims[p] if p == spare else 0
+                parts[k] = b.select(valid, v, _bcast(ctx, b.scalar(elsewhere, v), v))
+            # The spare rows hold one local window along the spare dim.
+            sw = sd.window_of.get(spare)
+            spare_rows = ups[0].shape.dims[sw] if sw is not None else 1
         idx = _join_parts(ctx, parts, sd.ivd, idx_shape.rank)
     partial = bool(grid.axes("index"))
     base = xs
