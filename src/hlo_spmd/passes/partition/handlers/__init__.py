@@ -5,7 +5,7 @@ from importlib import import_module
 
 FAMILIES = (
     "basic", "elementwise", "control_flow", "misc", "reduce", "slicing", "shapes", "dot",
-    "sort", "gather_scatter", "convolution", "windows",
+    "sort", "gather_scatter", "convolution", "windows", "batch_norm",
 )
 
 for _family in FAMILIES:
