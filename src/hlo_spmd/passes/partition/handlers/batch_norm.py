@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.reduce import (leaf_elements, mask_reduced_padding,
@@ -100,6 +101,7 @@ class _Local:
 
 
 @handles("batch-norm-training", "batch-norm-inference", "batch-norm-grad")
+@with_cause("reduction")
 def handle_batch_norm(ctx: PartitionContext, inst: Instruction) -> PValue:
     src = _operand_sharding(ctx, inst)
     if src is None or any(d == 0 for d in inst.operands[0].shape.dims):
