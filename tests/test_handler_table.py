@@ -15,6 +15,8 @@ from hlo_spmd.passes.partition.registry import (CUSTOM_CALL_HANDLERS, HANDLERS,
 # handler (family.function) -> opcodes; elementwise opcodes are checked separately.
 PINNED = {
     "basic.handle_full_then_slice": ["constant", "rng-get-and-update-state"],
+    "batch_norm.handle_batch_norm": ["batch-norm-grad", "batch-norm-inference",
+                                     "batch-norm-training"],
     "basic.handle_gte": ["get-tuple-element"],
     "basic.handle_tuple": ["tuple"],
     "control_flow.handle_call": ["call"],

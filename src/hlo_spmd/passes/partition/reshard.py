@@ -31,7 +31,7 @@ from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.errors import PartitionError
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -165,6 +165,46 @@ def _reshard_cost(dims: tuple[int, ...], itemsize: float, src: HloSharding,
     if plan is not None:
         return total + plan.cost
     return total + replicate_cost(dims, itemsize, tiles)
+
+
+def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple[float, float]:
+    """(bytes per device on the wire, bytes of the largest new array) that
+    ``reshard(ctx, pv, target)`` would cost now: nothing when the reshard cache already
+    holds it, else ``reshard_cost`` and ``reshard_peak`` (the price a planner compares
+    before emitting only its winner)."""
+    if pv.sharding == target or _cache_key(ctx, pv, target) in ctx.state.reshard_cache:
+        return 0.0, 0.0
+    shape = pv.base_shape
+    size = bit_width(shape.element_type) / 8.0
+    if pv.sharding.is_tuple or target.is_tuple:
+        n = len(shape.tuple_shapes)
+        parts = [reshard_price(ctx, PValue(pv.hlo, s, a), b) for s, a, b in
+                 zip(shape.tuple_shapes, _tuple_elems(pv.sharding, n), _tuple_elems(target, n))]
+        return sum(p[0] for p in parts), max((p[1] for p in parts), default=0.0)
+    n = ctx.num_devices
+    return (reshard_cost(shape.dims, size, pv.sharding, target, n),
+            reshard_peak(shape.dims, size, pv.sharding, target, n))
+
+
+def reshard_peak(dims: Sequence[int], itemsize: float, src: HloSharding,
+                 dst: HloSharding, num_devices: int) -> float:
+    """Bytes per device of the largest array ``reshard`` creates taking ``dims`` from
+    ``src`` to ``dst``: the local array of every layout its route passes through, or the
+    whole array when it goes through the replicated value (the memory side of
+    ``reshard_cost``, for planners that weigh the largest new tensor)."""
+    if src == dst or src.is_manual or dst.is_manual or src.is_tuple or dst.is_tuple:
+        return 0.0
+    dims = tuple(int(d) for d in dims)
+    full = float(math.prod(dims)) * itemsize
+    if src.is_maximal or dst.is_maximal:
+        return full
+    from hlo_spmd.passes.partition import reshard_routes
+
+    plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, num_devices)
+    if plan is None:
+        return full
+    return max((math.prod(-(-d // t) for d, t in zip(dims, lay.tiles)) * itemsize
+                for lay in plan.layouts[1:]), default=0.0)
 
 
 def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -> float:

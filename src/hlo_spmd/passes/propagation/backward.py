@@ -343,6 +343,18 @@ def custom_call(p: "Propagator", inst: Instruction, user: Instruction) -> HloSha
     return same_shape_rule(p, inst, user)
 
 
+def batch_norm(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+    """The operand (and a grad's output gradient) from the normalized result; the
+    per-feature operands get nothing (small: resharded by the partitioner)."""
+    k = _index(p, user, inst)
+    if k != 0 and not (k == 4 and user.opcode == "batch-norm-grad"):
+        return None
+    s = user.sharding
+    if user.shape.is_tuple:
+        s = ops.sub_sharding(s, user.shape, 0)
+    return s
+
+
 BACKWARD_RULES: dict[str, BackRule] = {
     "broadcast": broadcast,
     "concatenate": concatenate,
@@ -364,4 +376,7 @@ BACKWARD_RULES: dict[str, BackRule] = {
     "gather": gather,
     "scatter": scatter,
     "custom-call": custom_call,
+    "batch-norm-training": batch_norm,
+    "batch-norm-inference": batch_norm,
+    "batch-norm-grad": batch_norm,
 }

@@ -47,7 +47,9 @@ SPATIAL_OPCODES = frozenset({
     "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
     "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
     "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce",
-    "collective-permute", "reduce-scatter", "reverse"})
+    "collective-permute", "reduce-scatter", "reverse",
+    # Not in XLA's list (its partitioner replicates them); handlers/batch_norm.py splits them.
+    "batch-norm-training", "batch-norm-inference", "batch-norm-grad"})
 
 
 class Propagator:

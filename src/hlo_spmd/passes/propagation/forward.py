@@ -553,6 +553,29 @@ def custom_call(p: "Propagator", inst: Instruction) -> bool:
                      (op,), _one_non_root_user(p, inst))
 
 
+# -- batch norm (not in XLA's rules: its partitioner replicates these ops) ------------------
+
+def batch_norm(p: "Propagator", inst: Instruction) -> bool:
+    """The normalized result follows the operand (or, for the grad, the output gradient);
+    the per-feature results take the operand's sharding of the feature dim."""
+    sources = [inst.operands[0]] + ([inst.operands[4]] if inst.opcode == "batch-norm-grad"
+                                    else [])
+    changed = False
+    for op in sources:
+        s = op.sharding
+        if not sp(s) or s.is_manual or s.is_tuple:
+            continue
+        if not inst.shape.is_tuple:
+            changed |= p.improve(inst, s, "batch_norm.forward", (op,), _nru1(p, inst))
+            continue
+        red = [d for d in range(op.shape.rank) if d != int(inst.attrs.feature_index)]
+        after = partial_replicate(s, red)
+        feat = after if after.is_replicated else ops.remove_shape_dims(after, red)
+        cand = HloSharding.tuple([s, feat, feat])
+        changed |= p.improve(inst, cand, "batch_norm.forward", (op,), _nru1(p, inst))
+    return changed
+
+
 FORWARD_RULES: dict[str, Rule] = {
     "get-tuple-element": get_tuple_element,
     "tuple": tuple_rule,
@@ -574,4 +597,7 @@ FORWARD_RULES: dict[str, Rule] = {
     "scatter": scatter,
     "while": while_rule,
     "custom-call": custom_call,
+    "batch-norm-training": batch_norm,
+    "batch-norm-inference": batch_norm,
+    "batch-norm-grad": batch_norm,
 }

@@ -1,4 +1,5 @@
-"""Gather / scatter sharding maps (hlo_sharding_util's Gather*/Scatter* functions).
+"""Gather / scatter sharding maps (hlo_sharding_util's Gather*/Scatter* functions), on the
+dims model shared with the partitioner (hlo_spmd.passes.gather_scatter_dims).
 
 Three kinds of dims connect a gather's operand, indices and output (scatter: operand,
 indices, updates): index pass-through dims (indices batch dims <-> output batch dims),
@@ -12,8 +13,9 @@ from typing import Callable, Sequence
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation import sharding_ops as ops
-from hlo_spmd.passes.propagation.dims import (GSDims, connected_index_dims,
-                                              operand_passthrough_dims, scatter_slice_sizes)
+from hlo_spmd.passes.gather_scatter_dims import (GSDims, connected_index_dims,
+                                                 explicit_batch_dims, operand_passthrough_dims,
+                                                 scatter_slice_sizes)
 from hlo_spmd.sharding import HloSharding, merge_sharding
 
 Callers = Callable[[object], list]
@@ -173,20 +175,14 @@ def scatter_parallel_dims(inst: Instruction, callers: Callers) -> GSDims | None:
 
 def gather_explicit_batch_dims(inst: Instruction) -> GSDims | None:
     d = _gdn(inst)
-    if not d.operand_batching_dims:
-        return None
-    res = GSDims(list(d.operand_batching_dims), list(d.start_indices_batching_dims))
-    res.fill_output(d.index_vector_dim, list(d.offset_dims))
-    return res
+    return explicit_batch_dims(d.operand_batching_dims, d.start_indices_batching_dims,
+                               d.index_vector_dim, d.offset_dims)
 
 
 def scatter_explicit_batch_dims(inst: Instruction) -> GSDims | None:
     d = _sdn(inst)
-    if not d.input_batching_dims:
-        return None
-    res = GSDims(list(d.input_batching_dims), list(d.scatter_indices_batching_dims))
-    res.fill_output(d.index_vector_dim, list(d.update_window_dims))
-    return res
+    return explicit_batch_dims(d.input_batching_dims, d.scatter_indices_batching_dims,
+                               d.index_vector_dim, d.update_window_dims)
 
 
 # -- gather --------------------------------------------------------------------------------

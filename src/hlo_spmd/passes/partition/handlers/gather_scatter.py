@@ -21,8 +21,11 @@ that ties dims of the operand, the indices, the updates and the result together:
 * replication  everything else: whole on those devices.
 
 Candidate grids are read off the current shardings of the operand, the indices (and
-updates) and off the wanted result sharding; each is emitted and costed in communicated
-bytes per device with the project's one cost model (``choose``), the cheapest is kept. Duplicate indices in an overwriting scatter keep
+updates) and off the wanted result sharding. Plans are data: each candidate (and the
+replicated fallback) is priced without emitting anything, in bytes per device on the wire
+(``reshard.reshard_cost`` and ``collectives.cost``, the one cost model) plus the bytes of
+its largest new array (``Strategy.key``); only the winner is emitted, so a loser leaves no
+dead code and no warning. Duplicate indices in an overwriting scatter keep
 XLA's semantics because every update of a row is applied on the devices that own the row,
 in the original order.
 
@@ -32,32 +35,33 @@ the same strategies inside the manual groups, on the non-manual rest of their sh
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
 
+from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import IDEMPOTENT_REDUCERS
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.passes.gather_scatter_dims import GatherDims, Role, ScatterDims
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
+from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
+                                               reshard_price)
 from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
-                               partial_replicate_all_except)
+                               partial_replicate_all_except, tile_shape)
 
 PRED = PrimitiveType.PRED
 
-# A role: (kind, {array name: dim}). Arrays: "op" operand(s), "idx" indices, "upd" updates,
-# "out" result. "triv" has op and (scatter) out; "index" has idx, upd/out.
-Role = tuple[str, tuple[tuple[str, int], ...]]
 
 
 # The records below are plain ``__slots__`` classes (never compared, copied or mutated):
@@ -189,6 +193,74 @@ def _wanted_sharding(s: HloSharding) -> HloSharding | None:
     return s
 
 
+# -- plans as data ----------------------------------------------------------------------------
+class Strategy:
+    """One candidate: its grid, its price in the one cost model (bytes per device on the
+    wire, ``collectives.cost``; bytes of the largest new array) and how to emit it. The
+    handler prices every candidate, then emits only the winner."""
+    __slots__ = ("grid", "bytes", "peak", "emit")
+
+    def __init__(self, grid: Grid | None, nbytes: float, peak: float,
+                 emit: Callable[[], PValue]) -> None:
+        self.grid = grid
+        self.bytes = nbytes
+        self.peak = peak
+        self.emit = emit
+
+    def key(self) -> tuple[float, float]:
+        # Communication and per-device memory weigh the same, so a strategy that saves a
+        # little traffic by making an operand whole on every device loses to one that keeps
+        # tensors small; ties: fewer bytes on the wire, then the earlier candidate.
+        return (round(self.bytes + self.peak, 3), round(self.bytes, 3))
+
+
+def _itemsize(shape: Shape) -> float:
+    return bit_width(shape.element_type) / 8.0
+
+
+def _local_bytes(shape: Shape, s: HloSharding) -> float:
+    """Bytes of one device's piece of an array of ``shape`` sharded ``s``."""
+    dims = tile_shape(s, shape.dims) if s.is_tiled else tuple(shape.dims)
+    return float(math.prod(dims)) * _itemsize(shape)
+
+
+def _moves(ctx: PartitionContext, pairs: Sequence[tuple[PValue, HloSharding]]) -> tuple[float, float]:
+    """(bytes, largest new array) of resharding every value of ``pairs`` to its target."""
+    nbytes, peak = 0.0, 0.0
+    for pv, s in pairs:
+        b, p = reshard_price(ctx, pv, s)
+        nbytes, peak = nbytes + b, max(peak, p)
+    return nbytes, peak
+
+
+def _result_move(ctx: PartitionContext, shape: Shape, src: HloSharding,
+                 dst: HloSharding) -> tuple[float, float]:
+    """(bytes, largest new array) of taking a fresh result from ``src`` to ``dst``; the
+    piece ``dst`` leaves on each device counts as new."""
+    if src == dst:
+        return 0.0, _local_bytes(shape, dst)
+    size, n = _itemsize(shape), ctx.num_devices
+    return (reshard_cost(shape.dims, size, src, dst, n),
+            max(reshard_peak(shape.dims, size, src, dst, n), _local_bytes(shape, dst)))
+
+
+def _replicated_key(ctx: PartitionContext, inst: Instruction,
+                    vals: Sequence[PValue]) -> tuple[float, float]:
+    """The price of ``handle_replicated``: every operand made whole, the whole result, its
+    piece cut out for the wanted sharding."""
+    moves = [(v, HloSharding.replicate()) for v in vals if not v.sharding.is_manual]
+    nbytes, peak = _moves(ctx, moves)
+    full = ctx.sharding_of(inst)
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
+    leaves = list(full.tuple_elements) if full.is_tuple else [full] * len(shapes)
+    for shape, s in zip(shapes, leaves):
+        peak = max(peak, _local_bytes(shape, HloSharding.replicate()))
+        if not (s.is_manual or s.is_maximal or s.subgroup_types):
+            b, _ = _result_move(ctx, shape, HloSharding.replicate(), s)
+            nbytes += b
+    return Strategy(None, nbytes, peak, lambda: None).key()
+
+
 # -- indices arithmetic -----------------------------------------------------------------------
 def _index_parts(ctx: PartitionContext, idx: Instruction, ivd: int, count: int) -> list[Instruction]:
     """The ``count`` components of the index vector, each of the indices' batch shape."""
@@ -229,78 +301,21 @@ def _bcast(ctx: PartitionContext, x: Instruction, like: Instruction) -> Instruct
     return ctx.b.broadcast(x, list(like.shape.dims), []) if like.shape.rank else x
 
 
+def _identity(combiner: str | None, et: PrimitiveType):
+    """The identity of scatter combiner ``combiner`` on ``et`` (a numpy scalar), or None."""
+    if combiner is None:
+        return None
+    try:
+        return pad_value_identity(combiner, et)
+    except ValueError:
+        return None
+
+
 def _combine_op(et: PrimitiveType) -> str:
     return "or" if et == PRED else "add"
 
 
 # -- gather -----------------------------------------------------------------------------------
-class GatherDims:
-    __slots__ = ("rank", "idx_rank", "out_rank", "ivd", "offset_of", "batch_out",
-                 "batching", "index_map", "sizes")
-
-    def __init__(self, rank: int, idx_rank: int, out_rank: int, ivd: int,
-                 offset_of: dict[int, int], batch_out: dict[int, int],
-                 batching: dict[int, int], index_map: list[int], sizes: list[int]) -> None:
-        self.rank = rank                  # operand rank
-        self.idx_rank = idx_rank
-        self.out_rank = out_rank
-        self.ivd = ivd
-        self.offset_of = offset_of        # operand window dim -> output offset dim
-        self.batch_out = batch_out        # indices batch dim -> output batch dim
-        self.batching = batching          # operand batching dim -> indices batching dim
-        self.index_map = index_map        # start_index_map
-        self.sizes = sizes
-
-    @classmethod
-    def of(cls, inst: Instruction) -> "GatherDims":
-        g = inst.attrs.gather_dimension_numbers
-        op, idx = inst.operands[0].shape, inst.operands[1].shape
-        collapsed, obatch = set(g.collapsed_slice_dims), list(g.operand_batching_dims)
-        window = [d for d in range(op.rank) if d not in collapsed and d not in obatch]
-        offset = list(g.offset_dims)
-        out_rank = inst.shape.rank
-        out_batch = [q for q in range(out_rank) if q not in set(offset)]
-        idx_batch = [j for j in range(idx.rank) if j != g.index_vector_dim]
-        return cls(op.rank, idx.rank, out_rank, g.index_vector_dim, dict(zip(window, offset)),
-                   dict(zip(idx_batch, out_batch)),
-                   dict(zip(obatch, g.start_indices_batching_dims)), list(g.start_index_map),
-                   list(inst.attrs.gather_slice_sizes))
-
-    def operand_labels(self, op_dims) -> list[Role | None]:
-        idx_of_batch = self.batching
-        out = []
-        for p in range(self.rank):
-            if p in idx_of_batch:
-                j = idx_of_batch[p]
-                out.append(("batch", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
-            elif p in self.offset_of and p not in self.index_map and self.sizes[p] == op_dims[p]:
-                out.append(("pass", (("op", p), ("out", self.offset_of[p]))))
-            elif p in self.index_map and self.sizes[p] == 1:
-                out.append(("triv", (("op", p),)))
-            else:
-                out.append(None)
-        return out
-
-    def index_labels(self) -> list[Role | None]:
-        op_of = {j: p for p, j in self.batching.items()}
-        out = []
-        for j in range(self.idx_rank):
-            if j == self.ivd:
-                out.append(None)
-            elif j in op_of:
-                out.append(("batch", (("op", op_of[j]), ("idx", j), ("out", self.batch_out[j]))))
-            else:
-                out.append(("index", (("idx", j), ("out", self.batch_out[j]))))
-        return out
-
-    def output_labels(self, op_dims) -> list[Role | None]:
-        by_out: dict[int, Role | None] = {}
-        for lab in self.operand_labels(op_dims) + self.index_labels():
-            if lab is not None and lab[0] != "triv":
-                by_out[dict(lab[1])["out"]] = lab
-        return [by_out.get(q) for q in range(self.out_rank)]
-
-
 @with_cause("reduction")
 def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
                  target: HloSharding, vals: Sequence[PValue]) -> PValue:
@@ -344,17 +359,37 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
     return reshard(ctx, PValue(y, inst.shape, out_s), target)
 
 
+def _price_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
+                  target: HloSharding, vals: Sequence[PValue]) -> tuple[float, float]:
+    """(bytes, largest new array) of ``_emit_gather`` with ``grid``: what it reshards, the
+    all-reduce over the trivially sliced devices, the result's reshard."""
+    op_s = grid.sharding_for("op", gd.rank)
+    idx_s = grid.sharding_for("idx", gd.idx_rank)
+    out_s = grid.sharding_for("out", gd.out_rank)
+    nbytes, peak = _moves(ctx, [(vals[0], op_s), (vals[1], idx_s)])
+    y = _local_bytes(inst.shape, out_s)
+    peak = max(peak, y)
+    triv = grid.axes("triv")
+    if triv:
+        k = int(math.prod(grid.arr.shape[a] for a in triv))
+        nbytes += bytes_per_device("all-reduce", y, y, k)
+        peak = max(peak, _local_bytes(inst.operands[1].shape, idx_s))
+    b, p = _result_move(ctx, inst.shape, out_s, target)
+    return nbytes + b, max(peak, p)
+
+
 @handles("gather")
 def handle_gather(ctx: PartitionContext, inst: Instruction) -> PValue:
     if any(d == 0 for s in (inst.shape, *[o.shape for o in inst.operands]) for d in s.dims):
         return handle_replicated(ctx, inst)
-    return _in_manual_groups(ctx, inst, _gather_candidates)
+    return _plan_and_emit(ctx, inst, _gather_strategies)
 
 
-def _gather_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
-                       target: HloSharding | None) -> list[Callable[[], PValue]]:
+def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                       target: HloSharding | None) -> list[Strategy]:
     """The grid strategies for ``inst`` on operand values ``vals`` (shardings of the current
-    device group) towards ``target``; none when a sharding is not one they understand."""
+    device group) towards ``target``, priced; none when a sharding is not one they
+    understand."""
     if target is None or not all(_plain_sharding(v.sharding) for v in vals):
         return []
     gd = GatherDims.of(inst)
@@ -371,30 +406,34 @@ def _gather_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[
         combine(from_op, grid_from(target, gd.out_rank,
                                    only(gd.output_labels(op_dims), "index")), n),
     ])
-    return [(lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals)) for g in grids]
+    return [Strategy(g, *_price_gather(ctx, inst, gd, g, target, vals),
+                     lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals))
+            for g in grids]
 
 
-def _in_manual_groups(ctx: PartitionContext, inst: Instruction,
-                      candidates: Callable[..., list[Callable[[], PValue]]]) -> PValue:
-    """The cheapest of ``candidates`` (or the replicated fallback). When the operands and
-    the result are partially manual over the same device groups (GSPMD 4.4, as the dot
-    handler does), the strategies run inside those groups on the non-manual rest of the
-    shardings: their collectives act within every manual group at once."""
+def _plan_and_emit(ctx: PartitionContext, inst: Instruction,
+                   strategies: Callable[..., list[Strategy]]) -> PValue:
+    """Price the grid ``strategies`` and the replicated fallback, then emit only the
+    cheapest (``Strategy.key``; ties keep the earlier, the fallback comes last). When the
+    operands and the result are partially manual over the same device groups (GSPMD 4.4,
+    as the dot handler does), the strategies run inside those groups on the non-manual
+    rest of the shardings: their collectives act within every manual group at once."""
     vals = [ctx.value(o) for o in inst.operands]
     target = _wanted(ctx, inst)
     inner = _manual_inner(ctx, inst, vals)
     if inner is None:
-        cands = candidates(ctx, inst, vals, target)
+        cands = strategies(ctx, inst, vals, target)
+        outer = None
     else:
         groups, inner_vals, inner_target = inner
-        inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-        full = ctx.sharding_of(inst)
-
-        def outer(emit: Callable[[], PValue]) -> Callable[[], PValue]:
-            return lambda: PValue(emit().hlo, inst.shape, full)
-        cands = [outer(c) for c in candidates(inner_ctx, inst, inner_vals, inner_target)]
-    cands.append(lambda: handle_replicated(ctx, inst))
-    return cheapest_or_replicated(ctx, inst, cands)
+        cands = strategies(ctx.in_group(ctx.grouping.subgroup(groups)), inst, inner_vals,
+                           inner_target)
+        outer = ctx.sharding_of(inst)
+    best = min(cands, key=Strategy.key) if cands else None
+    if best is None or _replicated_key(ctx, inst, vals) < best.key():
+        return handle_replicated(ctx, inst)
+    pv = best.emit()
+    return pv if outer is None else PValue(pv.hlo, inst.shape, outer)
 
 
 def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue]):
@@ -421,79 +460,6 @@ def _manual_inner(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValu
 
 
 # -- scatter ----------------------------------------------------------------------------------
-class ScatterDims:
-    __slots__ = ("rank", "idx_rank", "upd_rank", "ivd", "window_of", "scatter_upd",
-                 "batching", "index_map")
-
-    def __init__(self, rank: int, idx_rank: int, upd_rank: int, ivd: int,
-                 window_of: dict[int, int], scatter_upd: dict[int, int],
-                 batching: dict[int, int], index_map: list[int]) -> None:
-        self.rank = rank
-        self.idx_rank = idx_rank
-        self.upd_rank = upd_rank
-        self.ivd = ivd
-        self.window_of = window_of        # operand window dim -> updates window dim
-        self.scatter_upd = scatter_upd    # indices batch dim -> updates scatter dim
-        self.batching = batching          # operand batching dim -> indices batching dim
-        self.index_map = index_map
-
-    @classmethod
-    def of(cls, inst: Instruction) -> "ScatterDims":
-        n = len(inst.operands) // 2
-        sd = inst.attrs.scatter_dimension_numbers
-        op, idx, upd = (inst.operands[0].shape, inst.operands[n].shape,
-                        inst.operands[n + 1].shape)
-        inserted, ibatch = set(sd.inserted_window_dims), list(sd.input_batching_dims)
-        window = [d for d in range(op.rank) if d not in inserted and d not in ibatch]
-        uwd = list(sd.update_window_dims)
-        upd_scatter = [u for u in range(upd.rank) if u not in set(uwd)]
-        idx_batch = [j for j in range(idx.rank) if j != sd.index_vector_dim]
-        return cls(op.rank, idx.rank, upd.rank, sd.index_vector_dim, dict(zip(window, uwd)),
-                   dict(zip(idx_batch, upd_scatter)),
-                   dict(zip(ibatch, sd.scatter_indices_batching_dims)),
-                   list(sd.scatter_dims_to_operand_dims))
-
-    def operand_labels(self, op_dims, upd_dims) -> list[Role | None]:
-        out = []
-        for p in range(self.rank):
-            if p in self.batching:
-                j = self.batching[p]
-                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
-                                      ("out", p))))
-            elif (p in self.window_of and p not in self.index_map
-                  and upd_dims[self.window_of[p]] == op_dims[p]):
-                out.append(("pass", (("op", p), ("upd", self.window_of[p]), ("out", p))))
-            elif p in self.index_map and (p not in self.window_of
-                                          or upd_dims[self.window_of[p]] == 1):
-                out.append(("triv", (("op", p), ("out", p))))
-            else:
-                out.append(None)
-        return out
-
-    def index_labels(self, combinable: bool) -> list[Role | None]:
-        op_of = {j: p for p, j in self.batching.items()}
-        out = []
-        for j in range(self.idx_rank):
-            if j == self.ivd:
-                out.append(None)
-            elif j in op_of:
-                p = op_of[j]
-                out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
-                                      ("out", p))))
-            elif combinable:
-                out.append(("index", (("idx", j), ("upd", self.scatter_upd[j]))))
-            else:
-                out.append(None)
-        return out
-
-    def update_labels(self, op_dims, upd_dims, combinable: bool) -> list[Role | None]:
-        by_upd: dict[int, Role | None] = {}
-        for lab in self.operand_labels(op_dims, upd_dims) + self.index_labels(combinable):
-            if lab is not None and "upd" in dict(lab[1]):
-                by_upd[dict(lab[1])["upd"]] = lab
-        return [by_upd.get(u) for u in range(self.upd_rank)]
-
-
 # Combiners whose partial results (one per share of the updates) combine with an
 # all-reduce: add (shares scattered into zeros, then added to the operand) and the
 # idempotent ones (each share scattered into the operand itself).
@@ -516,16 +482,55 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     ups = [reshard(ctx, vals[n + 1 + i], upd_s).hlo for i in range(n)]
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
     triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
-    if triv:
-        # Indices relative to this shard: updates for rows elsewhere land out of bounds and
-        # are dropped, as out-of-bounds updates are in the unpartitioned scatter. (Rows
-        # past the end of the real data fall into this shard's padding: garbage anyway.)
+    spare = None
+    idx_pv = PValue(idx, idx_shape, idx_s)
+    padded = [j for j in padded_dims(idx_pv) if j != sd.ivd]
+    if triv or padded:
+        # Indices relative to this shard. Updates for rows elsewhere, the windows the
+        # unpartitioned scatter drops (out of bounds) and the padding of unevenly split
+        # indices must change nothing, and no local index may be out of bounds: XLA's CPU
+        # backend does not drop an out-of-bounds window of a scatter whose operand is a
+        # dynamic-slice (checked with jaxlib 0.10.2). With a combiner that has an
+        # identity they become identity updates; otherwise they go to spare rows
+        # appended to the shard along one indexed dim and cut off afterwards.
         parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
-        for p in triv:
-            k = sd.index_map.index(p)
+        upd_dims = inst.operands[n + 1].shape.dims
+        windows = [upd_dims[sd.window_of[p]] if p in sd.window_of else 1
+                   for p in sd.index_map]
+        valid = None
+        if padded:
+            valid = _index_parts(ctx, valid_mask(ctx, idx_pv, padded), sd.ivd, 1)[0]
+        for k, p in enumerate(sd.index_map):
             v = parts[k]
-            start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
-            parts[k] = b.subtract(v, start)
+            zero = _bcast(ctx, b.scalar(0, v), v)
+            ok = b.and_(b.compare(v, zero, "GE"),
+                        b.compare(v, _bcast(ctx, b.scalar(op_shape.dims[p] - windows[k], v), v),
+                                  "LE"))
+            if p in triv:
+                start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
+                parts[k] = b.subtract(v, start)
+                rows = _bcast(ctx, b.scalar(xs[0].shape.dims[p], v), v)
+                ok = b.and_(ok, b.and_(b.compare(parts[k], zero, "GE"),
+                                       b.compare(parts[k], rows, "LT")))
+            valid = ok if valid is None else b.and_(valid, ok)
+        identity = _identity(combiner, ups[0].shape.element_type) if n == 1 else None
+        if identity is not None:
+            # A combiner with an identity: those updates become the identity, scattered
+            # at local index 0 (always in bounds); nothing grows.
+            parts = [b.select(valid, v, _bcast(ctx, b.scalar(0, v), v)) for v in parts]
+            u = ups[0]
+            at = [sd.scatter_upd[j] for j in range(sd.idx_rank) if j != sd.ivd]
+            keep = b.broadcast(valid, list(u.shape.dims), at)
+            ups = [b.select(keep, u, b.broadcast(b.scalar(identity, u), list(u.shape.dims), []))]
+        else:
+            spare = triv[0] if triv else sd.index_map[0]
+            for k, p in enumerate(sd.index_map):
+                v = parts[k]
+                elsewhere = xs[0].shape.dims[p] if p == spare else 0
+                parts[k] = b.select(valid, v, _bcast(ctx, b.scalar(elsewhere, v), v))
+            # The spare rows hold one local window along the spare dim.
+            sw = sd.window_of.get(spare)
+            spare_rows = ups[0].shape.dims[sw] if sw is not None else 1
         idx = _join_parts(ctx, parts, sd.ivd, idx_shape.rank)
     partial = bool(grid.axes("index"))
     base = xs
@@ -533,10 +538,18 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
         # Each device scatters its share of the updates into zeros; the sum of the shares
         # plus the operand is the result.
         base = [b.broadcast(b.scalar(0, x), list(x.shape.dims), []) for x in xs]
-    local_shape = (Shape.tuple_of([x.shape for x in xs]) if n > 1 else xs[0].shape)
+    if spare is not None:
+        high = [spare_rows if d == spare else 0 for d in range(sd.rank)]
+        base = [b.pad(x, b.scalar(0, x), [0] * sd.rank, high) for x in base]
+    local_shape = (Shape.tuple_of([x.shape for x in base]) if n > 1 else base[0].shape)
     y = b.op("scatter", [*base, idx, *ups], copy_attrs(inst),
              [ctx.clone(c) for c in inst.called_computations], declared=local_shape,
              name=inst.name)
+    if spare is not None:
+        dims = list(xs[0].shape.dims)
+        cut = [b.slice(b.get_tuple_element(y, i) if n > 1 else y, [0] * sd.rank, dims,
+                       [1] * sd.rank) for i in range(n)]
+        y = b.tuple(cut) if n > 1 else cut[0]
     if partial:
         y = ctx.f.all_reduce(y, combiner, grid.groups(grid.axes("index")))
         if combiner == "add":
@@ -545,16 +558,43 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
                                HloSharding.tuple([out_s] * n) if n > 1 else out_s), target)
 
 
+def _price_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, grid: Grid,
+                   target: HloSharding, combiner: str | None,
+                   vals: Sequence[PValue]) -> tuple[float, float]:
+    """(bytes, largest new array) of ``_emit_scatter`` with ``grid``."""
+    n = len(inst.operands) // 2
+    op_s = grid.sharding_for("op", sd.rank)
+    idx_s = grid.sharding_for("idx", sd.idx_rank)
+    upd_s = grid.sharding_for("upd", sd.upd_rank)
+    out_s = grid.sharding_for("out", sd.rank)
+    nbytes, peak = _moves(ctx, [(vals[i], op_s) for i in range(n)] + [(vals[n], idx_s)]
+                          + [(vals[n + 1 + i], upd_s) for i in range(n)])
+    ys = [_local_bytes(inst.operands[i].shape, op_s) for i in range(n)]
+    peak = max(peak, *ys)
+    tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
+    if any(p in sd.index_map and tiles[p] > 1 for p in range(sd.rank)):
+        peak = max(peak, _local_bytes(inst.operands[n].shape, idx_s))
+    index = grid.axes("index")
+    if index:
+        k = int(math.prod(grid.arr.shape[a] for a in index))
+        nbytes += sum(bytes_per_device("all-reduce", y, y, k) for y in ys)
+    leaves = list(target.tuple_elements) if target.is_tuple else [target]
+    for i, t in enumerate(leaves):
+        b, p = _result_move(ctx, inst.operands[i].shape, out_s, t)
+        nbytes, peak = nbytes + b, max(peak, p)
+    return nbytes, peak
+
+
 @handles("scatter")
 def handle_scatter(ctx: PartitionContext, inst: Instruction) -> PValue:
     if any(d == 0 for o in inst.operands for d in o.shape.dims):
         return handle_replicated(ctx, inst)
-    return _in_manual_groups(ctx, inst, _scatter_candidates)
+    return _plan_and_emit(ctx, inst, _scatter_strategies)
 
 
-def _scatter_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
-                        target: HloSharding | None) -> list[Callable[[], PValue]]:
-    """The grid strategies for ``inst`` (as ``_gather_candidates``)."""
+def _scatter_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[PValue],
+                        target: HloSharding | None) -> list[Strategy]:
+    """The grid strategies for ``inst``, priced (as ``_gather_strategies``)."""
     if target is None or not all(_plain_sharding(v.sharding) for v in vals):
         return []
     n = len(inst.operands) // 2
@@ -582,5 +622,6 @@ def _scatter_candidates(ctx: PartitionContext, inst: Instruction, vals: Sequence
         grid_from(target, sd.rank, [lab if lab is None or lab[0] != "index" else None
                                     for lab in sd.operand_labels(op_dims, upd_dims)]),
     ]
-    return [(lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner, vals))
+    return [Strategy(g, *_price_scatter(ctx, inst, sd, g, norm_target, combiner, vals),
+                     lambda g=g: _emit_scatter(ctx, inst, sd, g, norm_target, combiner, vals))
             for g in _dedupe(srcs)]
