@@ -7,6 +7,7 @@ The Python API (see README, "Python API"): ``hlo_spmd.load(src)`` and
 __version__ = "0.1.0"
 
 _API = ("load", "partition", "annotate", "PartitionResult")
+_SEARCH = ("search",)
 
 
 def __getattr__(name: str):
@@ -14,8 +15,12 @@ def __getattr__(name: str):
         from hlo_spmd import api
 
         return getattr(api, name)
+    if name in _SEARCH:
+        import hlo_spmd.search  # a callable package: hlo_spmd.search(src, mesh=...)
+
+        return hlo_spmd.search
     raise AttributeError(f"module 'hlo_spmd' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_API))
+    return sorted(list(globals()) + list(_API) + list(_SEARCH))
