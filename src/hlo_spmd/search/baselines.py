@@ -122,11 +122,16 @@ def _on(rank: int, dim: int, axes) -> Spec:
 
 
 def _batch_spec(p: Instruction, mesh: Mesh, axes) -> Spec:
+    """The batch dim (dim 0) over ``axes``, or over the longest major-first prefix of
+    them that divides it (a batch of 4 on 2x4 devices: over the first axis only)."""
     dims = p.shape.dims
-    size = math.prod(s for n, s in mesh if n in (axes if isinstance(axes, tuple) else (axes,)))
-    if not dims or dims[0] % size:
+    names = list(axes) if isinstance(axes, tuple) else [axes]
+    sizes = dict(mesh)
+    while names and dims and dims[0] % math.prod(sizes[n] for n in names):
+        names.pop()
+    if not dims or not names:
         return replicated(len(dims))
-    return _on(len(dims), 0, axes)
+    return _on(len(dims), 0, names[0] if len(names) == 1 else tuple(names))
 
 
 def baselines(module: Module, params: Sequence[Instruction], mesh: Mesh) -> dict[str, dict[int, Spec]]:

@@ -100,6 +100,11 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     from hlo_spmd.search.solver import solve
     from hlo_spmd.units import parse_size
 
+    try:
+        import scipy.optimize  # noqa: F401  (HiGHS: the solver of every round)
+    except ImportError:
+        raise HloSpmdError("search needs scipy (HiGHS): pip install 'hlo-spmd[search]'") \
+            from None
     t0 = time.monotonic()
     say = progress or (lambda _s: None)
     module = copy_module(src) if isinstance(src, Module) else load(src)
