@@ -103,5 +103,46 @@ def structural_groups(module: Module, params: Sequence[Instruction],
     return list(groups.values())
 
 
-__all__ = ["Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
+def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
+                        ) -> list[list[Instruction]]:
+    """Groups merged when their parameters are combined elementwise, at their own shape,
+    with another group's (a weight and its optimizer states: ``w - lr * m / sqrt(v)``):
+    such values want one sharding, and one decision for them all cuts the search space
+    of a training step by the number of states per weight. Reach is followed forward
+    through same-shape elementwise ops only."""
+    from hlo_spmd.ir.opcodes import is_elementwise
+
+    users = module.entry.users()
+    parent = list(range(len(groups)))
+
+    def find(g: int) -> int:
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    owner: dict[Instruction, int] = {}  # elementwise value -> first group reaching it
+    for g, members in enumerate(groups):
+        for p in members:
+            stack, seen = [p], {p}
+            while stack:
+                inst = stack.pop()
+                for u in users.get(id(inst), ()):
+                    if u in seen or not is_elementwise(u.opcode) or u.shape != p.shape:
+                        continue
+                    seen.add(u)
+                    stack.append(u)
+                    if u in owner:
+                        a, b = find(owner[u]), find(g)
+                        if a != b and groups[a][0].shape == groups[b][0].shape:
+                            parent[max(a, b)] = min(a, b)
+                    else:
+                        owner[u] = g
+    merged: dict[int, list[Instruction]] = {}
+    for g, members in enumerate(groups):
+        merged.setdefault(find(g), []).extend(members)
+    return [sorted(m, key=lambda p: p.parameter_number) for m in merged.values()]
+
+
+__all__ = ["elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
            "parameter_candidates", "structural_groups"]

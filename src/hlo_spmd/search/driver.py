@@ -4,7 +4,8 @@ completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
 
 1. Decision space (:mod:`~hlo_spmd.search.candidates`): each free entry parameter
    (not annotated in the module nor by ``shard``: those are constraints kept) picks a
-   mesh-axis assignment; parameters of one structural group share the pick.
+   mesh-axis assignment; parameters of one structural group share the pick, and so do
+   groups whose parameters are combined elementwise (a weight and its optimizer states).
 2. Starting points: all replicated and the named baselines
    (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; the best
    priced one is the incumbent.
@@ -31,7 +32,8 @@ from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
-from hlo_spmd.search.candidates import Spec, parameter_candidates, structural_groups
+from hlo_spmd.search.candidates import (Spec, elementwise_bundles, parameter_candidates,
+                                        structural_groups)
 from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of
 
 #: Forward distance (instructions) within which two parameters count as interacting.
@@ -124,7 +126,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     root_fixed = probe.entry.root.sharding is not None
     pricer = Pricer(module_bytes(module), axes, n_dev)
 
-    groups = structural_groups(probe, free)
+    groups = elementwise_bundles(probe, structural_groups(probe, free))
     cands = [parameter_candidates(g[0].shape.dims, axes) for g in groups]
 
     def expand(choice: Sequence[int]) -> dict[int, Spec]:
