@@ -3,6 +3,8 @@
 The Python API (see README, "Python API"): ``hlo_spmd.load(src)`` and
 ``hlo_spmd.partition(src, num_partitions=None, mesh=None, shard=None)``; both live in
 :mod:`hlo_spmd.api` and are imported on first use, so ``import hlo_spmd`` stays cheap.
+``hlo_spmd.search(src, mesh=..., memory_limit=..., shard=None)`` chooses the shardings
+(:mod:`hlo_spmd.search`).
 """
 __version__ = "0.1.0"
 

@@ -96,7 +96,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     ``shard``: annotations kept as constraints (the ``partition`` API's form).
     ``progress`` is called with the name of each step (the library never prints)."""
     from hlo_spmd.annotations import normalize_annotations
-    from hlo_spmd.annotations.cli_spec import apply_shards, parse_mesh
+    from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards, parse_mesh
     from hlo_spmd.api import annotate, copy_module, load, partition_owned
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd.search.baselines import baselines
@@ -229,8 +229,6 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     say("partitioning the annotated module")
     source, _ = pricer.run(winner)
     annotated = pricer.module()
-    from hlo_spmd.annotations.cli_spec import ShardSpec
-
     apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
     if not root_fixed and source.entry.root.sharding is not None:
         annotated.entry.root.sharding = source.entry.root.sharding
