@@ -7,7 +7,7 @@ OUT ?= out
 .PHONY: install demo test test-slow proto fixtures bench clean
 
 install:
-	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,xla]'
+	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,xla,search]'
 
 demo: install
 	mkdir -p $(OUT)

@@ -375,3 +375,65 @@ def stats(src: str, other: str | None, as_json: bool) -> None:
         render_stats(a, "<stdin>" if src == "-" else src)
     else:
         render_stats_comparison(a, module_stats(load_module(other, verify=True)), src, other)
+
+
+@cli.command()
+@click.argument("src", metavar="IN")
+@click.option("--mesh", required=True, metavar="AXES",
+              help="Device mesh to shard over, e.g. 'data=2,model=4'.")
+@click.option("--memory-limit", "memory_limit", required=True, metavar="SIZE",
+              help="Peak live memory per device the program must fit in: 123456, "
+                   "1.5MiB, 2GB, 16GiB.")
+@click.option("-o", "--output", "out", required=True, metavar="ANNOTATED",
+              help="IN with the chosen annotations (.hlo/.txt: text, else HloModuleProto).")
+@click.option("--partition", "partition_out", default=None, metavar="OUT",
+              help="Also write the partitioned program (what 'partition ANNOTATED' writes).")
+@click.option("--report", "report_path", default=None, metavar="FILE.json",
+              help="Write the search report (chosen shardings, figures, baselines) as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["text", "proto"]), default=None)
+@_SHARD
+@_JSON
+@_QUIET
+def search(src: str, mesh: str, memory_limit: str, out: str, partition_out: str | None,
+           report_path: str | None, fmt: str | None, shards: tuple[str, ...],
+           as_json: bool, quiet: bool) -> None:
+    """Choose shardings for IN's entry parameters and outputs on MESH so that the
+    partitioned program moves the fewest bytes per device within --memory-limit.
+    Annotations already in IN and --shard ones are kept."""
+    import os
+
+    from hlo_spmd.annotations.cli_spec import as_shard_specs, parse_mesh
+    from hlo_spmd.errors import InputError
+    from hlo_spmd.units import parse_size
+    from hlo_spmd_cli.common import Progress, write_json
+
+    limit = parse_size(memory_limit)  # fail on bad options before any work
+    parse_mesh(mesh)
+    as_shard_specs(list(shards))
+    paths = [p for p in (out, partition_out, report_path) if p not in (None, "-")]
+    if len(set(paths)) != len(paths):
+        raise InputError("-o, --partition and --report must name different files")
+    for p in paths:
+        if not os.path.isdir(os.path.dirname(p) or "."):
+            raise InputError("output directory does not exist", os.path.dirname(p))
+    with Progress(quiet) as progress:
+        progress.step(f"loading {src}")
+        module = load_module(src, verify=True)
+        import hlo_spmd.search
+
+        result = hlo_spmd.search.search(module, mesh, limit, list(shards),
+                                        progress=progress.step)
+        progress.step(f"writing {label(out)}")
+        write_module(result.annotated, out, fmt)
+        if partition_out is not None:
+            write_module(result.partition.module, partition_out, fmt)
+        if report_path is not None:
+            write_json(result.report, report_path)
+    if as_json:
+        write_json(result.report, "-")
+    else:
+        from hlo_spmd_cli.render import render_search
+
+        render_search(result.report)
+    status(f"wrote {label(out)}" + (f" and {label(partition_out)}" if partition_out else ""),
+           quiet)

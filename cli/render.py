@@ -244,3 +244,27 @@ def render_grid(grid, out: Console | None = None) -> None:
 
 def _cell(v) -> str:
     return "-" if v is None else str(v)
+
+
+def render_search(report: dict) -> None:
+    """``search``: the chosen shardings, then the winner's and the baselines' figures."""
+    from hlo_spmd.stats import format_bytes
+
+    rows = []
+    for p in report["parameters"]:
+        rows.append([f"#{p['parameter']}", p["name"], p["shape"], p["partition_spec"] or "-",
+                     p["hlo"] or "-", "kept" if p["fixed"] else ""])
+    for o in report["outputs"]:
+        rows.append(["out" if o["output"] is None else f"out#{o['output']}", "", o["shape"],
+                     o["partition_spec"] or "-", o["hlo"] or "-", ""])
+    emit_table(f"chosen shardings on mesh {report['mesh']}",
+               ["target", "name", "shape", "mesh axes", "HLO sharding", ""], rows)
+    fig = [["search", format_bytes(report["winner"]["bytes_per_device"]),
+            _cell(report["winner"]["collectives"]), format_bytes(report["winner"]["peak_bytes"]),
+            "yes" if report["winner"]["fits"] else "no"]]
+    for name, b in report["baselines"].items():
+        fig.append([name, format_bytes(b["bytes_per_device"]), _cell(b["collectives"]),
+                    format_bytes(b["peak_bytes"]), "yes" if b["fits"] else "no"])
+    limit = report["memory_limit"]
+    emit_table(f"per device (memory limit {format_bytes(limit)})",
+               ["program", "bytes moved", "collectives", "peak memory", "fits"], fig)

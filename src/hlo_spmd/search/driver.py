@@ -1,0 +1,257 @@
+"""The sharding search: entry-parameter shardings chosen by rounds of an integer program
+(:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices, every candidate priced by
+completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
+
+1. Decision space (:mod:`~hlo_spmd.search.candidates`): each free entry parameter
+   (not annotated in the module nor by ``shard``: those are constraints kept) picks a
+   mesh-axis assignment; parameters of one structural group share the pick, and so do
+   groups whose parameters are combined elementwise (a weight and its optimizer states).
+2. Starting points: all replicated and the named baselines
+   (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; the best
+   priced one is the incumbent.
+3. A round, around the incumbent: price every single-group move (unary deltas) and, for
+   groups that meet in one op within a few instructions, the pairs of each one's best
+   moves (interaction deltas); solve the integer program for its ``top_k`` best
+   assignments; price each exactly; the best becomes the incumbent if it beats it (by
+   :func:`~hlo_spmd.search.pricing.price_key`). After a move, the next round measures
+   again only the groups that moved and those they meet; the search stops when a round
+   that measured every group finds nothing better (or after ``rounds`` such rounds).
+4. The winner's output sharding (what completion gave the root) is written as the
+   root's annotation, and the annotated module is partitioned once more: that program's
+   figures are the ones reported and checked against the memory limit.
+
+Completion fills in every other instruction, so intermediate values follow the
+parameters; no sharding constraints are inserted inside the program.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.module import Module
+from hlo_spmd.records import Record
+from hlo_spmd.search.candidates import (Spec, elementwise_bundles, parameter_candidates,
+                                        structural_groups)
+from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of
+
+#: Forward distance (instructions) within which two parameters count as interacting.
+MEET_RADIUS = 2
+
+
+class SearchError(HloSpmdError):
+    """No assignment found fits the memory limit."""
+
+
+class SearchResult(Record):
+    """The annotated module, its partitioned program (``api.PartitionResult``, exactly
+    what partitioning ``annotated`` gives) and the report dict."""
+    __match_args__ = ("annotated", "partition", "report")
+    __slots__ = __match_args__
+
+    def __init__(self, annotated: Module, partition: Any, report: dict) -> None:
+        self.annotated = annotated
+        self.partition = partition
+        self.report = report
+
+
+def _delta(p: Price, base: Price) -> tuple[float, float, float]:
+    return (p.bytes - base.bytes, float(p.collectives - base.collectives),
+            float(p.peak - base.peak))
+
+
+def _meeting_pairs(module: Module, groups: Sequence[Sequence[Instruction]]) -> set[tuple[int, int]]:
+    """Pairs of groups with members that reach one instruction within MEET_RADIUS."""
+    users = module.entry.users()
+    reach: dict[Instruction, set[int]] = {}
+    for g, members in enumerate(groups):
+        for p in members:
+            frontier = [p]
+            for _ in range(MEET_RADIUS):
+                nxt = []
+                for inst in frontier:
+                    for u in users.get(id(inst), ()):
+                        reach.setdefault(u, set()).add(g)
+                        nxt.append(u)
+                frontier = nxt
+    out = set()
+    for gs in reach.values():
+        if len(gs) > 1:
+            ordered = sorted(gs)
+            for i, a in enumerate(ordered):
+                for b in ordered[i + 1:]:
+                    out.add((a, b))
+    return out
+
+
+def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = None, *,
+           progress: Callable[[str], None] | None = None, rounds: int = 4, top_k: int = 4,
+           pair_top: int = 2) -> SearchResult:
+    """Choose entry-parameter (and output) shardings of ``src`` on ``mesh`` minimising the
+    bytes per device the partitioned program moves, with its peak live memory per device
+    within ``memory_limit`` (bytes, or a size such as ``"16GiB"``; None: no limit).
+    ``shard``: annotations kept as constraints (the ``partition`` API's form).
+    ``progress`` is called with the name of each step (the library never prints)."""
+    from hlo_spmd.annotations import normalize_annotations
+    from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards, parse_mesh
+    from hlo_spmd.api import annotate, copy_module, load, partition_owned
+    from hlo_spmd.ir.io import module_bytes
+    from hlo_spmd.search.baselines import baselines
+    from hlo_spmd.search.report import build_report
+    from hlo_spmd.search.solver import solve
+    from hlo_spmd.units import parse_size
+
+    try:
+        import scipy.optimize  # noqa: F401  (HiGHS: the solver of every round)
+    except ImportError:
+        raise HloSpmdError("search needs scipy (HiGHS): pip install 'hlo-spmd[search]'") \
+            from None
+    t0 = time.monotonic()
+    say = progress or (lambda _s: None)
+    module = copy_module(src) if isinstance(src, Module) else load(src)
+    axes = parse_mesh(mesh)
+    n_dev = math.prod(s for _, s in axes)
+    limit = None if memory_limit is None else (
+        parse_size(memory_limit) if isinstance(memory_limit, str) else int(memory_limit))
+
+    probe = copy_module(module)
+    normalize_annotations(probe)
+    own = any(i.sharding is not None for i in probe.instructions())
+    annotate(module, axes, shard)  # the constraints every price keeps
+    probe = copy_module(module)
+    normalize_annotations(probe)
+    params = probe.entry.parameters
+    free = [p for p in params if p.sharding is None and p.shape.is_array]
+    root_fixed = probe.entry.root.sharding is not None
+    pricer = Pricer(module_bytes(module), axes, n_dev)
+
+    groups = elementwise_bundles(probe, structural_groups(probe, free))
+    cands = [parameter_candidates(g[0].shape.dims, axes) for g in groups]
+
+    def expand(choice: Sequence[int]) -> dict[int, Spec]:
+        return {p.parameter_number: cands[g][choice[g]] for g, members in enumerate(groups)
+                for p in members}
+
+    def key_of(choice: Sequence[int]) -> tuple:
+        return price_key(pricer.price(expand(choice)), limit)
+
+    say(f"pricing baselines ({len(free)} free parameters in {len(groups)} groups)")
+    named = baselines(probe, free, axes)
+    priced_baselines: dict[str, tuple[dict[int, Spec], Price | None]] = {}
+    for name, assignment in named.items():
+        priced_baselines[name] = (assignment, pricer.price(assignment))
+    if own:
+        priced_baselines["annotations"] = ({}, pricer.price({}))
+
+    seeds = [[0] * len(groups)]
+    for assignment, _ in priced_baselines.values():
+        seed = []
+        for g, members in enumerate(groups):
+            spec = assignment.get(members[0].parameter_number)
+            seed.append(cands[g].index(spec) if spec in cands[g] else 0)
+        seeds.append(seed)
+    incumbent = min(seeds, key=key_of)
+    meets = _meeting_pairs(probe, groups)
+    done_rounds = 0
+    neighbours: dict[int, set[int]] = {g: set() for g in range(len(groups))}
+    for g, h in meets:
+        neighbours[g].add(h)
+        neighbours[h].add(g)
+    # Measured deltas are kept between rounds: after a move, only the groups that moved
+    # and the groups they meet are measured again (a far group's move costs what it did:
+    # the solver's picks are priced exactly anyway).
+    unary: list[list[tuple[float, float, float] | None]] = [[] for _ in groups]
+    pairs: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
+    top: list[list[int]] = [[] for _ in groups]
+    stale = set(range(len(groups)))
+    full_rounds = 0
+    while full_rounds < rounds and done_rounds < 3 * rounds:
+        r = done_rounds
+        done_rounds += 1
+        full_rounds += len(stale) == len(groups)
+        base = pricer.price(expand(incumbent))
+        if base is None:
+            break
+        moves = sum(len(cands[g]) - 1 for g in stale)
+        say(f"round {r + 1}: pricing {moves} single moves of {len(stale)} groups")
+        for g in sorted(stale):
+            row = []
+            for c in range(len(cands[g])):
+                choice = list(incumbent)
+                choice[g] = c
+                p = pricer.price(expand(choice))
+                row.append(None if p is None else _delta(p, base))
+            unary[g] = row
+            ranked = sorted((c for c, d in enumerate(row) if d is not None and c != incumbent[g]),
+                            key=lambda c: (row[c][0], row[c][1], row[c][2]))
+            top[g] = ranked[:pair_top]
+        todo = sorted((g, h) for g, h in meets if g in stale or h in stale)
+        pairs = {k: v for k, v in pairs.items() if k[0] not in stale and k[2] not in stale}
+        say(f"round {r + 1}: pricing interactions of {len(todo)} group pairs")
+        for g, h in todo:
+            for c in top[g]:
+                for d in top[h]:
+                    choice = list(incumbent)
+                    choice[g], choice[h] = c, d
+                    p = pricer.price(expand(choice))
+                    ug, uh = unary[g][c], unary[h][d]
+                    if p is None or ug is None or uh is None:
+                        continue
+                    full = _delta(p, base)
+                    pairs[(g, c, h, d)] = (full[0] - ug[0] - uh[0], full[1] - ug[1] - uh[1],
+                                           full[2] - ug[2] - uh[2])
+        say(f"round {r + 1}: solving and pricing the solver's best {top_k}")
+        slack = None if limit is None else float(limit - base.peak)
+        solutions = solve(unary, pairs, slack, k=top_k)
+        best = min(solutions + [incumbent], key=key_of)
+        if key_of(best) >= key_of(incumbent):
+            if len(stale) == len(groups):
+                break
+            stale = set(range(len(groups)))  # stop only after a round that measured all
+            continue
+        moved = {g for g in range(len(groups)) if best[g] != incumbent[g]}
+        stale = moved.union(*(neighbours[g] for g in moved))
+        incumbent = best
+
+    winner = expand(incumbent)
+    win_price = pricer.price(winner)
+    if win_price is None or (limit is not None and win_price.peak > limit):
+        peaks = [p.peak for p in pricer.cache.values() if p is not None]
+        smallest = min(peaks) if peaks else None
+        raise SearchError(
+            f"no sharding found fits the memory limit of {limit} bytes per device; the "
+            f"smallest peak found is {smallest} bytes" if smallest is not None else
+            "no candidate sharding could be partitioned")
+
+    say("partitioning the annotated module")
+    source, _ = pricer.run(winner)
+    annotated = pricer.module()
+    apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
+    if not root_fixed and source.entry.root.sharding is not None:
+        annotated.entry.root.sharding = source.entry.root.sharding
+    final_source = copy_module(annotated)
+    final = partition_owned(final_source, n_dev)
+    final_price = price_of(final)
+    if price_key(final_price, limit) > price_key(win_price, limit):
+        # The output annotation changed completion for the worse: keep the root free.
+        annotated = pricer.module()
+        apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
+        final_source = copy_module(annotated)
+        final = partition_owned(final_source, n_dev)
+        final_price = price_of(final)
+    report = build_report(
+        final_source, axes, limit, final_price, priced_baselines,
+        fixed={p.parameter_number for p in params if p.sharding is not None},
+        groups=groups, search={
+            "solver": "HiGHS (scipy.optimize.milp)", "groups": len(groups),
+            "free_parameters": len(free),
+            "candidates": sum(len(c) for c in cands), "rounds": done_rounds,
+            "partitions_priced": pricer.partitions,
+            "seconds": round(time.monotonic() - t0, 3)})
+    return SearchResult(annotated, final, report)
+
+
+__all__ = ["search", "SearchResult", "SearchError"]

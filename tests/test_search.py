@@ -1,0 +1,170 @@
+"""``hlo-spmd search`` / ``hlo_spmd.search``: on JAX programs lowered without any
+sharding, with the peak of a hand-written expert annotation as the memory budget, the
+search's program fits the budget, moves no more bytes per device than the expert's, is
+exactly what partitioning the annotated module gives, and runs right on 8 CPU devices
+(compared with the unpartitioned module on one device)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import _search_models as sm
+import hlo_spmd
+from hlo_spmd.ir.io import module_bytes
+from hlo_spmd.runtime import run_partitioned
+from hlo_spmd.runtime.run import run_unpartitioned
+from hlo_spmd.search.pricing import price_of
+
+# (transformer_step takes ~25 s here: `make test-slow`.)
+MODELS = ["mlp", "moe", "embed_xent_step", "cnn_step",
+          pytest.param("transformer_step", marks=pytest.mark.slow)]
+
+_CASES: dict = {}
+
+
+def _case(name):
+    if name not in _CASES:
+        _CASES[name] = sm.build(name)
+    return _CASES[name]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_search_matches_or_beats_the_expert_and_runs(name):
+    case = _case(name)
+    module = hlo_spmd.load(case.hlo)
+    expert = price_of(hlo_spmd.partition(module, mesh=sm.MESH, shard=case.expert))
+    got = hlo_spmd.search(module, mesh=sm.MESH, memory_limit=expert.peak)
+    win = got.report["winner"]
+    real = price_of(got.partition)
+    # The reported figures are the real partitioned program's.
+    assert (win["bytes_per_device"], win["collectives"], win["peak_bytes"]) == tuple(real)
+    assert real.peak <= expert.peak
+    assert real.bytes <= expert.bytes
+    # The program is exactly what partitioning the annotated module gives.
+    again = hlo_spmd.partition(hlo_spmd.load(module_bytes(got.annotated)))
+    assert again.serialize() == got.partition.serialize()
+    # Every entry parameter has a chosen spec in both forms.
+    for p in got.report["parameters"]:
+        assert p["hlo"] is not None and p["partition_spec"].startswith("PartitionSpec(")
+    # It runs right on 8 devices.
+    want = run_unpartitioned(case.hlo, case.inputs)
+    outs = run_partitioned(got.partition.serialize(), case.inputs, 8, poison_padding=True)
+    assert len(outs) == len(want)
+    for a, b in zip(outs, want):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
+    if name.endswith("_step"):  # updated weights really moved (more than the tolerance)
+        moved = [np.max(np.abs(o - i)) for o, i in zip(want[1:], case.inputs)
+                 if o.shape == i.shape]
+        assert moved and min(moved) > 1e-2
+
+
+def test_constraints_are_kept_and_baselines_reported():
+    case = _case("mlp")
+    got = hlo_spmd.search(case.hlo, mesh=sm.MESH, memory_limit="1MiB",
+                          shard={"#0": "model,_"})
+    p0 = got.report["parameters"][0]
+    assert p0["spec"] == "model,_" and p0["fixed"]
+    assert p0["partition_spec"] == "PartitionSpec('model', None)"
+    assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron"}
+    meg = got.report["baselines"]["megatron"]["parameters"]
+    assert meg == {"#1": "_,model", "#2": "model,_"}  # column, then row parallel
+    # The kept annotation is in the annotated module.
+    assert got.annotated.entry.parameters[0].sharding is not None
+
+
+def test_module_annotations_are_a_baseline():
+    case = _case("mlp")
+    m = hlo_spmd.load(case.hlo)
+    hlo_spmd.annotate(m, sm.MESH, {"#1": "_,model"})
+    got = hlo_spmd.search(m, mesh=sm.MESH, memory_limit=None)
+    assert "annotations" in got.report["baselines"]
+    assert got.report["parameters"][1]["spec"] == "_,model"
+
+
+def _stack(layers: int):
+    import jax.numpy as jnp
+
+    def f(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 32), dtype=np.float32)] + [
+        (rng.standard_normal((32, 32)) * 0.2).astype(np.float32) for _ in range(layers)]
+    return sm._lower(f, args), args
+
+
+def test_repeated_layers_share_one_decision():
+    from hlo_spmd.search.candidates import structural_groups
+
+    hlo, args = _stack(6)
+    m = hlo_spmd.load(hlo)
+    groups = structural_groups(m, m.entry.parameters[1:])
+    # The middle layers are one group: fewer decisions than weights.
+    assert len(groups) < 6 and max(len(g) for g in groups) >= 3
+    got = hlo_spmd.search(m, mesh=sm.MESH, memory_limit="64KiB")
+    specs = {p["parameter"]: p["spec"] for p in got.report["parameters"]}
+    for g in groups:
+        assert len({specs[p.parameter_number] for p in g}) == 1
+    outs = run_partitioned(got.partition.serialize(), args, 8)
+    np.testing.assert_allclose(outs[0], run_unpartitioned(hlo, args)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_parse_size():
+    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.units import parse_size
+
+    assert parse_size("123456") == 123456
+    assert parse_size("1.5MiB") == 1572864
+    assert parse_size("2GB") == 2_000_000_000
+    assert parse_size("16GiB") == 16 * 1024 ** 3
+    assert parse_size("10 KB") == 10_000
+    for bad in ("", "MiB", "1.5XB", "-3"):
+        with pytest.raises(HloSpmdError):
+            parse_size(bad)
+
+
+def _cli(args):
+    from hlo_spmd_cli.main import cli, _register
+
+    _register()
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_cli_search_writes_annotated_partitioned_and_report(tmp_path):
+    src = tmp_path / "mlp.pb"
+    src.write_bytes(_case("mlp").hlo)
+    ann, part, rep = tmp_path / "ann.hlo", tmp_path / "part.pb", tmp_path / "r.json"
+    r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "22KiB",
+              "-o", str(ann), "--partition", str(part), "--report", str(rep), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "PartitionSpec('data', None)" in r.output and "megatron" in r.output
+    report = json.loads(rep.read_text())
+    assert report["winner"]["fits"] and report["winner"]["peak_bytes"] <= 22 * 1024
+    again = tmp_path / "again.pb"
+    r = _cli(["partition", str(ann), "-o", str(again), "-q"])
+    assert r.exit_code == 0
+    assert again.read_bytes() == part.read_bytes()
+    r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "22KiB",
+              "-o", str(tmp_path / "b.hlo"), "--json", "-q"])
+    assert json.loads(r.output)["parameters"][1]["spec"] == "_,model"
+
+
+def test_cli_search_impossible_budget_and_bad_size(tmp_path):
+    src = tmp_path / "mlp.pb"
+    src.write_bytes(_case("mlp").hlo)
+    out = tmp_path / "ann.hlo"
+    r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "1KiB",
+              "-o", str(out), "-q"])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "smallest peak found is" in lines[0]
+    assert not os.path.exists(out)
+    r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "lots",
+              "-o", str(out), "-q"])
+    assert r.exit_code == 2 and "is not a size" in r.output and not os.path.exists(out)
