@@ -34,7 +34,8 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.literal import format_literal, format_literal_with_shape
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import ASYNC_WRAPPERS, RESULT_ACCURACY, SYNC_COLLECTIVES, TO_APPLY
+from hlo_spmd.ir.opcodes import (ASYNC_WRAPPERS, JAXLIB_ARITY, RESULT_ACCURACY,
+                                 SYNC_COLLECTIVES, TO_APPLY)
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.text_lexer import c_escape, lexes_as_json_dict
 from hlo_spmd.ir.text_shapes import _tuple_text, format_shape, format_shape_proto
@@ -46,7 +47,7 @@ __all__ = ["print_module", "print_computation", "print_instruction", "ModuleConf
 RESULT_ACCURACY_OPCODES = RESULT_ACCURACY
 # Collectives whose channel ids tie them together in XLA's post order
 # (HloComputation::ComputeChannelDependencies: the synchronous ones it knows).
-_CHANNEL_DEP_OPCODES = SYNC_COLLECTIVES - {"collective-reduce"}
+_CHANNEL_DEP_OPCODES = frozenset(SYNC_COLLECTIVES & JAXLIB_ARITY.keys())
 _TO_APPLY_OPCODES = TO_APPLY
 
 
