@@ -1,7 +1,7 @@
 """Randomized differential tests of convolution partitioning (issue 20).
 
 Hypothesis builds one convolution at a time: 0-2 spatial dims, each a real window
-(random size, stride, padding -- negative too --, lhs and rhs dilation, reversal) or one
+(random size, stride, padding, lhs and rhs dilation, reversal) or one
 of the degenerate forms the shared dims model reads as a dot dim (a window spanning the
 whole input dim, a size-1 window); random ``dim_labels`` permutations for all three
 tensors; now and then ``feature_group_count`` or ``batch_group_count``; bf16 or f32.
@@ -99,7 +99,10 @@ def _spatial(draw) -> tuple[int, int, int, str]:
     while True:
         k = draw(st.integers(1, 4))
         stride = draw(st.sampled_from([1, 1, 2, 3]))
-        lo, hi = draw(st.integers(-1, 3)), draw(st.integers(-1, 3))
+        # No negative padding: XLA's CPU runtime computes some such convolutions wrong
+        # on one device already (a grouped 4x4 window with padding -1_1 differs from a
+        # numpy reference), so the reference itself cannot be trusted there.
+        lo, hi = draw(st.integers(0, 3)), draw(st.integers(0, 3))
         ld = draw(st.sampled_from([1, 1, 1, 2]))
         rd = draw(st.sampled_from([1, 1, 1, 2]))
         rev = draw(st.sampled_from([0, 0, 0, 1]))
