@@ -13,9 +13,7 @@ completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
    groups that meet in one op within a few instructions, the pairs of each one's best
    moves (interaction deltas); solve the integer program for its ``top_k`` best
    assignments; price each exactly; the best becomes the incumbent if it beats it (by
-   :func:`~hlo_spmd.search.pricing.price_key`). After a move, the next round measures
-   again only the groups that moved and those they meet; the search stops when a round
-   that measured every group finds nothing better (or after ``rounds`` such rounds).
+   :func:`~hlo_spmd.search.pricing.price_key`). Rounds stop when nothing improves.
 4. The winner's output sharding (what completion gave the root) is written as the
    root's annotation, and the annotated module is partitioned once more: that program's
    figures are the ones reported and checked against the memory limit.
@@ -156,42 +154,30 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     incumbent = min(seeds, key=key_of)
     meets = _meeting_pairs(probe, groups)
     done_rounds = 0
-    neighbours: dict[int, set[int]] = {g: set() for g in range(len(groups))}
-    for g, h in meets:
-        neighbours[g].add(h)
-        neighbours[h].add(g)
-    # Measured deltas are kept between rounds: after a move, only the groups that moved
-    # and the groups they meet are measured again (a far group's move costs what it did:
-    # the solver's picks are priced exactly anyway).
-    unary: list[list[tuple[float, float, float] | None]] = [[] for _ in groups]
-    pairs: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
-    top: list[list[int]] = [[] for _ in groups]
-    stale = set(range(len(groups)))
-    full_rounds = 0
-    while full_rounds < rounds and done_rounds < 3 * rounds:
-        r = done_rounds
-        done_rounds += 1
-        full_rounds += len(stale) == len(groups)
+    for r in range(rounds):
+        done_rounds = r + 1
         base = pricer.price(expand(incumbent))
         if base is None:
             break
-        moves = sum(len(cands[g]) - 1 for g in stale)
-        say(f"round {r + 1}: pricing {moves} single moves of {len(stale)} groups")
-        for g in sorted(stale):
+        moves = sum(len(c) - 1 for c in cands)
+        say(f"round {r + 1}: pricing {moves} single moves")
+        unary: list[list[tuple[float, float, float] | None]] = []
+        for g in range(len(groups)):
             row = []
             for c in range(len(cands[g])):
                 choice = list(incumbent)
                 choice[g] = c
                 p = pricer.price(expand(choice))
                 row.append(None if p is None else _delta(p, base))
-            unary[g] = row
+            unary.append(row)
+        top: list[list[int]] = []
+        for g, row in enumerate(unary):
             ranked = sorted((c for c, d in enumerate(row) if d is not None and c != incumbent[g]),
                             key=lambda c: (row[c][0], row[c][1], row[c][2]))
-            top[g] = ranked[:pair_top]
-        todo = sorted((g, h) for g, h in meets if g in stale or h in stale)
-        pairs = {k: v for k, v in pairs.items() if k[0] not in stale and k[2] not in stale}
-        say(f"round {r + 1}: pricing interactions of {len(todo)} group pairs")
-        for g, h in todo:
+            top.append(ranked[:pair_top])
+        say(f"round {r + 1}: pricing interactions of {len(meets)} group pairs")
+        pairs: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
+        for g, h in sorted(meets):
             for c in top[g]:
                 for d in top[h]:
                     choice = list(incumbent)
@@ -208,12 +194,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
         solutions = solve(unary, pairs, slack, k=top_k)
         best = min(solutions + [incumbent], key=key_of)
         if key_of(best) >= key_of(incumbent):
-            if len(stale) == len(groups):
-                break
-            stale = set(range(len(groups)))  # stop only after a round that measured all
-            continue
-        moved = {g for g in range(len(groups)) if best[g] != incumbent[g]}
-        stale = moved.union(*(neighbours[g] for g in moved))
+            break
         incumbent = best
 
     winner = expand(incumbent)
