@@ -148,8 +148,9 @@ OPCODE_SET_ALLOW_LIST = sorted([
     ('src/hlo_spmd/passes/propagation/coverage.py', ('constant', 'infeed', 'iota')),
     ('src/hlo_spmd/passes/propagation/coverage.py', ('parameter', 'while')),
     ('src/hlo_spmd/passes/propagation/engine.py', (
-        'all-reduce', 'broadcast', 'collective-permute', 'concatenate', 'conditional',
-        'constant', 'convolution', 'dot', 'dynamic-slice', 'dynamic-update-slice', 'gather',
+        'all-reduce', 'batch-norm-grad', 'batch-norm-inference', 'batch-norm-training',
+        'broadcast', 'collective-permute', 'concatenate', 'conditional', 'constant',
+        'convolution', 'dot', 'dynamic-slice', 'dynamic-update-slice', 'gather',
         'get-tuple-element', 'infeed', 'iota', 'opt-barrier', 'pad', 'reduce', 'reduce-scatter',
         'reduce-window', 'reshape', 'reverse', 'rng-bit-generator', 'scatter',
         'select-and-scatter', 'slice', 'sort', 'transpose', 'tuple', 'while'
@@ -174,6 +175,21 @@ OPCODE_SET_ALLOW_LIST = sorted([
         'reduce-window', 'reshape', 'reverse', 'slice', 'sort', 'transpose', 'tuple'
     )),
     ('src/hlo_spmd/passes/propagation/unchanged.py', ('convolution', 'dot')),
+    # Partitioner policy: the ops that keep their own handler inside a manual region
+    # (a custom-call's target decides; a get-tuple-element reads one leaf of a mixed tuple).
+    ('src/hlo_spmd/passes/partition/driver.py', ('custom-call', 'get-tuple-element')),
+    # verify's tolerance rule: how deep each op's sums are, and which ops XLA-CPU
+    # accumulates in f32 whatever their element type.
+    ('src/hlo_spmd/runtime/precision.py', ('all-reduce', 'reduce-scatter')),
+    ('src/hlo_spmd/runtime/precision.py', ('convolution', 'dot')),
+    ('src/hlo_spmd/runtime/precision.py', ('reduce-window', 'select-and-scatter')),
+    # search's baselines: ops a weight passes through unchanged in layout, and the
+    # contractions whose weight operand a Megatron / FSDP baseline shards.
+    ('src/hlo_spmd/search/baselines.py', (
+        'bitcast', 'bitcast-convert', 'convert', 'copy', 'reshape', 'transpose'
+    )),
+    ('src/hlo_spmd/search/baselines.py', ('bitcast-convert', 'convert', 'copy')),
+    ('src/hlo_spmd/search/baselines.py', ('convolution', 'dot')),
 ])
 
 
@@ -280,7 +296,7 @@ def test_import_cycles():
 # under ir (an instruction holds an HloSharding; shardings know no instructions); stats
 # measures programs (ir + collectives' costs) and the partitioner's tidy pass asks it.
 LAYERS = [
-    {"errors", "memo", "records", "proto"},
+    {"errors", "memo", "records", "proto", "units"},
     {"sharding"},
     {"ir"},
     {"collectives"},
@@ -288,7 +304,9 @@ LAYERS = [
     {"annotations"},
     {"passes"},
     {"report", "runtime"},
-    {"api", ""},  # "" is the package root, hlo_spmd/__init__.py
+    {"api"},
+    {"search"},  # prices candidates by partitioning them through the API
+    {""},  # the package root, hlo_spmd/__init__.py
 ]
 
 

@@ -30,10 +30,12 @@ from typing import Any
 #:               tuple / get-tuple-element only move values)
 #: reducer       recognised as a reducer computation's root (commutative, associative)
 #: idempotent    a reducer with ``x op x == x``
+#: global-ids    carries ``use_global_device_ids`` (with a channel id and without it,
+#:               the collective is cross-replica-and-partition)
 #: newer         an opcode of a newer XLA than jaxlib 0.10.2 (its text parser rejects it)
 _WORDS = frozenset({"newer", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
                     "async", "control-flow", "applies", "to-apply", "accuracy", "linear",
-                    "reducer", "idempotent"})
+                    "reducer", "idempotent", "global-ids"})
 
 # opcode: (arity as hlo_opcode.h spells it for jaxlib 0.10.2, None = variadic; traits).
 # Names exactly as XLA spells them: "sine", "cosine", "count-leading-zeros", "opt-barrier".
@@ -45,12 +47,12 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "add":                      (2, "elementwise linear reducer"),
     "add-dependency":           (2, "no-buffer"),
     "after-all":                (None, "no-buffer"),
-    "all-gather":               (None, "collective"),
+    "all-gather":               (None, "collective global-ids"),
     "all-gather-done":          (1, "side-effect collective done"),
-    "all-gather-start":         (None, "side-effect collective start"),
-    "all-reduce":               (None, "collective to-apply"),
+    "all-gather-start":         (None, "side-effect collective start global-ids"),
+    "all-reduce":               (None, "collective to-apply global-ids"),
     "all-reduce-done":          (1, "side-effect collective done"),
-    "all-reduce-start":         (None, "side-effect collective to-apply start"),
+    "all-reduce-start":         (None, "side-effect collective to-apply start global-ids"),
     "all-to-all":               (None, "collective"),
     "and":                      (2, "elementwise reducer idempotent"),
     "asin":                     (1, "elementwise accuracy"),
@@ -135,7 +137,7 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "recv-done":                (1, "side-effect"),
     "reduce":                   (None, "applies to-apply"),
     "reduce-precision":         (1, "elementwise"),
-    "reduce-scatter":           (None, "collective to-apply"),
+    "reduce-scatter":           (None, "collective to-apply global-ids"),
     "reduce-window":            (None, "applies to-apply"),
     "remainder":                (2, "elementwise"),
     "replica-id":               (0, ""),
@@ -202,6 +204,7 @@ class OpcodeTraits:
     linear: bool
     reducer: bool
     idempotent: bool
+    global_device_ids: bool    # carries use_global_device_ids
     in_jaxlib: bool            # known to jaxlib 0.10.2's text parser
 
     def as_dict(self) -> dict[str, Any]:
@@ -220,7 +223,8 @@ def _make(name: str, arity: int | None, words: str) -> OpcodeTraits:
         async_start="start" in w, async_done="done" in w, async_wrapper="async" in w,
         control_flow="control-flow" in w, applies="applies" in w, to_apply="to-apply" in w,
         result_accuracy="accuracy" in w, linear="linear" in w, reducer="reducer" in w,
-        idempotent="idempotent" in w, in_jaxlib="newer" not in w)
+        idempotent="idempotent" in w, global_device_ids="global-ids" in w,
+        in_jaxlib="newer" not in w)
 
 
 #: Every opcode's traits.
@@ -260,6 +264,7 @@ RESULT_ACCURACY = _where("result_accuracy")
 LINEAR_OPS = _where("linear")
 REDUCERS = _where("reducer")
 IDEMPOTENT_REDUCERS = _where("idempotent")
+GLOBAL_DEVICE_ID_COLLECTIVES = _where("global_device_ids")
 #: Opcode -> arity (None: variadic) of every opcode jaxlib 0.10.2's text parser knows.
 JAXLIB_ARITY: dict[str, int | None] = {op: t.arity for op, t in TRAITS.items() if t.in_jaxlib}
 #: The ReductionKind XLA matches an all-reduce's reducer root to (collective_ops_utils'

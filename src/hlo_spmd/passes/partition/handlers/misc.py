@@ -54,6 +54,7 @@ import numpy as np
 
 from hlo_spmd.ir.builder import Builder, next_channel_id
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import GLOBAL_DEVICE_ID_COLLECTIVES
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.errors import PartitionError
@@ -303,9 +304,6 @@ def _keep_manual_collective(ctx: PartitionContext, inst: Instruction) -> PValue:
     return PValue(out, inst.shape, normalize(target, inst.shape))
 
 
-# Collectives carrying ``use_global_device_ids``: with a channel id and without global
-# ids they are cross-replica-and-partition (every partition of the replica groups).
-_GLOBAL_ID_OPS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
 
 
 def _spans_partitions(ctx: PartitionContext, inst: Instruction) -> bool:
@@ -317,7 +315,7 @@ def _spans_partitions(ctx: PartitionContext, inst: Instruction) -> bool:
         return False
     if inst.opcode == "collective-permute":
         return any(p.source != p.target for p in inst.attrs.source_target_pairs)
-    if inst.opcode in _GLOBAL_ID_OPS and not inst.attrs.use_global_device_ids:
+    if inst.opcode in GLOBAL_DEVICE_ID_COLLECTIVES and not inst.attrs.use_global_device_ids:
         return ctx.num_devices > 1
     size = _group_size(inst)
     return (ctx.num_devices if size is None else size) > 1
