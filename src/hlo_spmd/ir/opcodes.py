@@ -53,7 +53,9 @@ ARITY: dict[str, int] = {
     **{op: 3 for op in ELEMENTWISE_TERNARY},
     "parameter": 0, "constant": 0, "iota": 0, "partition-id": 0, "replica-id": 0,
     "broadcast": 1, "reshape": 1, "transpose": 1, "slice": 1, "reverse": 1, "pad": 2,
-    "get-tuple-element": 1, "dot": 2, "convolution": 2, "gather": 2, "bitcast": 1,
+    # dot and convolution are absent: newer XLA gives them extra operands (block scales,
+    # sparsity metadata) named by block_scaling_config / sparsity_config.
+    "get-tuple-element": 1, "gather": 2, "bitcast": 1,
     "while": 1, "cholesky": 1, "triangular-solve": 2, "fft": 1, "topk": 1,
     "get-dimension-size": 1, "set-dimension-size": 2, "add-dependency": 2,
     "rng-get-and-update-state": 0, "rng-bit-generator": 1, "select-and-scatter": 3,
