@@ -23,7 +23,8 @@ from typing import Any, Callable
 DEFAULTS: dict[str, Any] = {
     "src": None, "out": None, "num_partitions": None, "complete": False, "fmt": None,
     "report_path": None, "windowed_mib": None, "bidirectional": False, "combine_mib": 30.0,
-    "mesh": None, "shards": (), "quiet": False,
+    "mesh": None, "shards": (), "quiet": False, "max_bytes_per_device": None,
+    "max_peak_memory": None, "strict": False,
 }
 
 _UINT = re.compile(r"[0-9]+")
@@ -66,6 +67,10 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--mesh": ("mesh", _text),
     "--shard": ("shards", _text),
     "-q": ("quiet", None), "--quiet": ("quiet", None),
+    # SIZE text is parsed by run_partition (hlo_spmd.units.parse_size), as under click.
+    "--max-bytes-per-device": ("max_bytes_per_device", _text),
+    "--max-peak-memory": ("max_peak_memory", _text),
+    "--strict": ("strict", None),
 }
 _MULTIPLE = frozenset({"shards"})
 
