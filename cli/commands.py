@@ -148,18 +148,31 @@ def _annotate_mesh_forms(module, text: str, axes) -> str:
               help="CI gate: any warning (a full rematerialization, an op replicated for "
                    "want of a partitioned handler, an unknown custom-call) fails the run "
                    "(exit code 1; the output is still written).")
+@click.option("--propagate-to-output", "propagate_to_output", is_flag=False,
+              flag_value="all", default=None, metavar="[WHICH]",
+              help="Let completion choose the outputs' shardings (XLA's "
+                   "allow_spmd_sharding_propagation_to_output), e.g. for a jax.jit module "
+                   "whose out_shardings were left unspecified. WHICH: all (alone), none, "
+                   "output indices 0,2, or booleans true,false. Default: the module's own "
+                   "setting, else none.")
+@click.option("--propagate-to-params", "propagate_to_params", is_flag=False,
+              flag_value="all", default=None, metavar="[WHICH]",
+              help="Let completion choose the entry parameters' shardings (XLA's "
+                   "allow_spmd_sharding_propagation_to_parameters); WHICH as above, "
+                   "parameter numbers.")
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
               fmt: str | None, report_path: str | None, windowed_mib: float | None,
               bidirectional: bool, combine_mib: float, mesh: str | None,
               shards: tuple[str, ...], quiet: bool, max_bytes_per_device: str | None,
-              max_peak_memory: str | None, strict: bool) -> None:
+              max_peak_memory: str | None, strict: bool, propagate_to_output: str | None,
+              propagate_to_params: str | None) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
     from hlo_spmd_cli.partition_run import run_partition
 
     run_partition(src, out, num_partitions, complete, fmt, report_path, windowed_mib,
                   bidirectional, combine_mib, mesh, shards, quiet, max_bytes_per_device,
-                  max_peak_memory, strict)
+                  max_peak_memory, strict, propagate_to_output, propagate_to_params)
 
 
 @cli.command()

@@ -11,7 +11,9 @@ def run_partition(src: str, out: str, num_partitions: int | None = None,
                   bidirectional: bool = False, combine_mib: float = 30.0,
                   mesh: str | None = None, shards: tuple[str, ...] = (),
                   quiet: bool = False, max_bytes_per_device: str | None = None,
-                  max_peak_memory: str | None = None, strict: bool = False) -> None:
+                  max_peak_memory: str | None = None, strict: bool = False,
+                  propagate_to_output: str | None = None,
+                  propagate_to_params: str | None = None) -> None:
     """The partition command (the parameters are its options, see ``commands.partition``).
     A failed gate raises GateError after the output (and report) were written."""
     from hlo_spmd.api import partition_owned as api_partition
@@ -28,6 +30,16 @@ def run_partition(src: str, out: str, num_partitions: int | None = None,
 
             parse_mesh(mesh) if mesh else None  # fail on a bad spec before any work
             as_shard_specs(list(shards))
+        to_output = to_params = None  # None: the module's own setting (text header)
+        if propagate_to_output is not None or propagate_to_params is not None:
+            from hlo_spmd.annotations.cli_spec import (parse_propagation_flags,
+                                                       propagation_counts)
+
+            n_out, n_params = propagation_counts(module)
+            if propagate_to_output is not None:
+                to_output = parse_propagation_flags(propagate_to_output, n_out, "output")
+            if propagate_to_params is not None:
+                to_params = parse_propagation_flags(propagate_to_params, n_params, "parameter")
         progress.step("completing shardings and partitioning")
         options = PartitionOptions(windowed_einsum_threshold_mib=windowed_mib,
                                    windowed_einsum_bidirectional=bidirectional,
@@ -35,7 +47,9 @@ def run_partition(src: str, out: str, num_partitions: int | None = None,
         # The report feeds the status lines and --report: with neither, it is not built.
         want_report = report_path is not None or not quiet or strict
         result = api_partition(module, num_partitions, mesh=mesh, shard=list(shards),
-                               complete=complete, options=options, report=want_report)
+                               complete=complete, options=options, report=want_report,
+                               propagate_to_output=to_output,
+                               propagate_to_parameters=to_params)
         progress.step(f"writing {label(out)}")
         if report_path is not None and report_path == out:
             from hlo_spmd.errors import InputError

@@ -1,6 +1,8 @@
 """The SPMD partitioner (GSPMD section 4): one per-device program with collectives."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
@@ -58,8 +60,18 @@ def debug_verify(module: Module, after: str) -> None:
 
 def partition(module: Module, num_partitions: int | None = None, *,
               complete: bool = False, verify: bool = True,
-              options: PartitionOptions | None = None) -> PartitionResult:
-    """Complete the shardings (unless ``complete``) and partition ``module``."""
+              options: PartitionOptions | None = None,
+              propagate_to_output: bool | Sequence[bool] | None = None,
+              propagate_to_parameters: bool | Sequence[bool] | None = None
+              ) -> PartitionResult:
+    """Complete the shardings (unless ``complete``) and partition ``module``.
+
+    ``propagate_to_output`` / ``propagate_to_parameters``: let completion choose the
+    shardings of the outputs / entry parameters (XLA's
+    ``allow_spmd_sharding_propagation_to_*``: a bool, or one per output / parameter);
+    None takes the module's own setting (its HLO text header), else False. The chosen
+    shardings are the output's interface (``spmd_output_sharding`` /
+    ``spmd_parameters_shardings``)."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.passes.inline_calls import inline_calls
 
@@ -76,7 +88,16 @@ def partition(module: Module, num_partitions: int | None = None, *,
         if propagate is not None:
             # The report just made: nothing changed the module since (saves a second
             # normalization pass inside propagate).
-            propagate(module, annotations=annotations)
+            config = module.config if isinstance(module.config, dict) else {}
+            if propagate_to_output is None:
+                propagate_to_output = config.get(
+                    "allow_spmd_sharding_propagation_to_output", False)
+            if propagate_to_parameters is None:
+                propagate_to_parameters = config.get(
+                    "allow_spmd_sharding_propagation_to_parameters", False)
+            propagate(module, annotations=annotations,
+                      propagate_to_output=propagate_to_output,
+                      propagate_to_parameters=propagate_to_parameters)
             debug_verify(module, "sharding completion")
     out, report = partition_module(module, n, options)
     if verify:
