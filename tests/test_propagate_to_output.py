@@ -118,7 +118,9 @@ def test_per_output_flags(exported):
 def test_propagating_to_parameters_records_them(exported):
     unspec, annot = exported
     m = hlo_spmd.load(unspec)
-    m.entry.parameters[3].sharding = None  # wo unannotated: its gradient knows a sharding
+    wo = m.entry.parameters[3]  # wo unannotated: its gradient knows a sharding
+    wo.sharding = None
+    wo.attrs.frontend_attributes.map.pop("xla.sdy.sharding", None)  # (Shardy's form too)
     given = hlo_spmd.partition(m, propagate_to_output=True)
     chosen = hlo_spmd.partition(m, propagate_to_output=True,
                                 propagate_to_parameters=[False, False, False, True, False])
