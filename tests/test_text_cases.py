@@ -954,7 +954,9 @@ def _resolve_frames(inst, sfi):
 def _canonical_compares(module) -> dict:
     """Instructions by name, each compare's ordering in one encoding (its order): XLA
     up to 0.10 writes only comparison_type, newer XLA only comparison_order, hlo-spmd
-    both when the ordering is not the default (ir/comparison.py)."""
+    both when the ordering is not the default (ir/comparison.py). Newer XLA also writes
+    an empty block_scaling_config / sparsity_config on every dot and convolution: an
+    empty one says nothing, so its presence is not compared."""
     from hlo_spmd.ir import comparison
     from hlo_spmd.proto import hlo_pb2
 
@@ -969,6 +971,12 @@ def _canonical_compares(module) -> dict:
                 copy.comparison_order = comparison.order(i, et)
                 copy.ClearField("comparison_type")
                 i = copy
+            for f in ("block_scaling_config", "sparsity_config"):
+                if i.HasField(f) and not getattr(i, f).ListFields():
+                    copy = hlo_pb2.HloInstructionProto()
+                    copy.CopyFrom(i)
+                    copy.ClearField(f)
+                    i = copy
             out[i.name] = i
     return out
 
