@@ -67,7 +67,7 @@ def run_partition(src: str, out: str, num_partitions: int | None = None,
         if report_path is not None:
             write_json(result.report, report_path)
     if not quiet:
-        _status_lines(result, out)
+        _status_lines(result, out, quiet)
     if max_bytes is not None or max_peak is not None or strict:
         from hlo_spmd.stats import module_stats
         from hlo_spmd_cli.common import check_gates
@@ -88,11 +88,10 @@ def _warnings(result) -> list[str]:
                "partitioning rule" for c in report["unknown_custom_calls"]])
 
 
-def _status_lines(result, out: str) -> None:
+def _status_lines(result, out: str, quiet: bool) -> None:
     from hlo_spmd.report import top_causes_line
     from hlo_spmd_cli.common import label, status
 
-    quiet = False
     fallbacks = result.report["replicated_fallbacks"]
     status(f"wrote {label(out)}: {result.num_partitions} partitions, "
            f"{result.module.instruction_count()} instructions"
