@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 DEMO_FIXTURE ?= fixtures/hlo/mlp_2d_megatron.pb
 OUT ?= out
 
-.PHONY: install demo test test-slow proto fixtures bench clean
+.PHONY: install demo test test-slow test-matrix proto fixtures bench clean
 
 install:
 	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,xla,search]'
@@ -18,6 +18,12 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+# The suite on Python 3.11, 3.12 and 3.13, and the differential tests on the newest
+# jax (noxfile.py; needs nox and those interpreters on PATH). Not part of `make test`.
+test-matrix:
+	$(PIP) install --quiet --disable-pip-version-check nox
+	$(PYTHON) -m nox
 
 test-slow:
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow

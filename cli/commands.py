@@ -16,6 +16,14 @@ _SHARD = click.option("--shard", "shards", multiple=True, metavar="TARGET=SPEC",
                            "'out#K' result) with SPEC: one entry per dim, a mesh axis, "
                            "'a+b' (major first) or '_'. Repeatable.")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+# CI gates (SIZE: 1.5MiB, 2GB, 123456; hlo_spmd.units.parse_size). Over the limit: one
+# line, exit code 1, output still written. The figures are the ones `stats` prints.
+_MAX_BYTES = click.option("--max-bytes-per-device", default=None, metavar="SIZE",
+                          help="CI gate: fail (exit 1) when the collectives move more than "
+                               "SIZE per device (e.g. 1.5MiB, 2GB, 123456).")
+_MAX_PEAK = click.option("--max-peak-memory", default=None, metavar="SIZE",
+                         help="CI gate: fail (exit 1) when the estimated peak live bytes "
+                              "per device exceed SIZE.")
 
 
 def _known_mesh(module, mesh: str | None):
@@ -134,16 +142,37 @@ def _annotate_mesh_forms(module, text: str, axes) -> str:
 @_MESH
 @_SHARD
 @_QUIET
+@_MAX_BYTES
+@_MAX_PEAK
+@click.option("--strict", is_flag=True,
+              help="CI gate: any warning (a full rematerialization, an op replicated for "
+                   "want of a partitioned handler, an unknown custom-call) fails the run "
+                   "(exit code 1; the output is still written).")
+@click.option("--propagate-to-output", "propagate_to_output", is_flag=False,
+              flag_value="all", default=None, metavar="[WHICH]",
+              help="Let completion choose the outputs' shardings (XLA's "
+                   "allow_spmd_sharding_propagation_to_output), e.g. for a jax.jit module "
+                   "whose out_shardings were left unspecified. WHICH: all (alone), none, "
+                   "output indices 0,2, or booleans true,false. Default: the module's own "
+                   "setting, else none.")
+@click.option("--propagate-to-params", "propagate_to_params", is_flag=False,
+              flag_value="all", default=None, metavar="[WHICH]",
+              help="Let completion choose the entry parameters' shardings (XLA's "
+                   "allow_spmd_sharding_propagation_to_parameters); WHICH as above, "
+                   "parameter numbers.")
 def partition(src: str, out: str, num_partitions: int | None, complete: bool,
               fmt: str | None, report_path: str | None, windowed_mib: float | None,
               bidirectional: bool, combine_mib: float, mesh: str | None,
-              shards: tuple[str, ...], quiet: bool) -> None:
+              shards: tuple[str, ...], quiet: bool, max_bytes_per_device: str | None,
+              max_peak_memory: str | None, strict: bool, propagate_to_output: str | None,
+              propagate_to_params: str | None) -> None:
     """Complete shardings and partition IN into one per-device SPMD program.
     IN may be '-' (stdin)."""
     from hlo_spmd_cli.partition_run import run_partition
 
     run_partition(src, out, num_partitions, complete, fmt, report_path, windowed_mib,
-                  bidirectional, combine_mib, mesh, shards, quiet)
+                  bidirectional, combine_mib, mesh, shards, quiet, max_bytes_per_device,
+                  max_peak_memory, strict, propagate_to_output, propagate_to_params)
 
 
 @cli.command()
@@ -356,13 +385,25 @@ def rules(opcode: str | None, as_json: bool) -> None:
 @click.option("--compare", "other", default=None, metavar="OTHER",
               help="A second partitioned module (e.g. XLA's) to show side by side.")
 @_JSON
-def stats(src: str, other: str | None, as_json: bool) -> None:
+@_MAX_BYTES
+@_MAX_PEAK
+def stats(src: str, other: str | None, as_json: bool, max_bytes_per_device: str | None,
+          max_peak_memory: str | None) -> None:
     """What partitioning cost: collectives per kind (count, in loops, bytes per device)
-    and the largest live tensor."""
+    and the largest live tensor. With a gate, exit code 1 when IN is over its limit."""
+    from hlo_spmd.stats import module_stats
+    from hlo_spmd_cli.common import check_gates, parse_limits
+
+    limits = parse_limits(max_bytes_per_device, max_peak_memory)
+    a = module_stats(load_module(src, verify=True))
+    _print_stats(a, src, other, as_json)
+    check_gates(a, *limits)  # after the table: CI logs show the figures that failed
+
+
+def _print_stats(a, src: str, other: str | None, as_json: bool) -> None:
     from hlo_spmd.stats import module_stats, stats_json
     from hlo_spmd_cli.render import render_stats, render_stats_comparison
 
-    a = module_stats(load_module(src, verify=True))
     if as_json:
         from hlo_spmd_cli.common import write_json
 

@@ -123,3 +123,29 @@ class Progress:
         if self._stop.wait(self.after):
             return
         self._maybe_show()
+
+
+def parse_limits(max_bytes_per_device: str | None,
+                 max_peak_memory: str | None) -> tuple[int | None, int | None]:
+    """The gates' SIZE options in bytes (bad text: InputError, exit code 2), parsed
+    before any work so a typo never costs a run."""
+    from hlo_spmd.units import parse_size
+
+    return (parse_size(max_bytes_per_device) if max_bytes_per_device is not None else None,
+            parse_size(max_peak_memory) if max_peak_memory is not None else None)
+
+
+def check_gates(stats, max_bytes_per_device: int | None, max_peak_memory: int | None,
+                warnings: list[str] = (), strict: bool = False) -> None:
+    """Raise GateError (exit code 1, one line) naming every figure over its limit and,
+    with ``strict``, the first of the run's warnings and how many there were."""
+    from hlo_spmd.errors import GateError
+    from hlo_spmd.stats import gate_failures
+
+    failures = gate_failures(stats, max_bytes_per_device=max_bytes_per_device,
+                             max_peak_memory=max_peak_memory) if stats is not None else []
+    if strict and warnings:
+        more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        failures.append(f"--strict: warning: {warnings[0]}{more}")
+    if failures:
+        raise GateError("; ".join(failures))

@@ -23,7 +23,9 @@ from typing import Any, Callable
 DEFAULTS: dict[str, Any] = {
     "src": None, "out": None, "num_partitions": None, "complete": False, "fmt": None,
     "report_path": None, "windowed_mib": None, "bidirectional": False, "combine_mib": 30.0,
-    "mesh": None, "shards": (), "quiet": False,
+    "mesh": None, "shards": (), "quiet": False, "max_bytes_per_device": None,
+    "max_peak_memory": None, "strict": False, "propagate_to_output": None,
+    "propagate_to_params": None,
 }
 
 _UINT = re.compile(r"[0-9]+")
@@ -66,8 +68,16 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--mesh": ("mesh", _text),
     "--shard": ("shards", _text),
     "-q": ("quiet", None), "--quiet": ("quiet", None),
+    # SIZE text is parsed by run_partition (hlo_spmd.units.parse_size), as under click.
+    "--max-bytes-per-device": ("max_bytes_per_device", _text),
+    "--max-peak-memory": ("max_peak_memory", _text),
+    "--strict": ("strict", None),
+    "--propagate-to-output": ("propagate_to_output", _text),
+    "--propagate-to-params": ("propagate_to_params", _text),
 }
 _MULTIPLE = frozenset({"shards"})
+# Options whose value is optional (click's flag_value): alone they mean this value.
+_OPTIONAL_VALUE = {"propagate_to_output": "all", "propagate_to_params": "all"}
 
 
 def parse_partition(args: list[str]) -> dict[str, Any] | None:
@@ -96,6 +106,10 @@ def parse_partition(args: list[str]) -> dict[str, Any] | None:
                 return None
             params[name] = True
             continue
+        if value is None and name in _OPTIONAL_VALUE:
+            if i < n and not args[i].startswith("-"):
+                return None  # click would take the next word as the value: click decides
+            value = _OPTIONAL_VALUE[name]
         if value is None:
             if i == n or args[i].startswith("-"):
                 return None  # no value, or one click reads differently: click decides

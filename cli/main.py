@@ -3,7 +3,9 @@ library, :mod:`hlo_spmd_cli.app` and :mod:`hlo_spmd_cli.commands`; the common
 ``partition FILE -o FILE`` form runs without click, :mod:`hlo_spmd_cli.fast`).
 
 Every user-facing failure is one line on stderr and exit code 2; no traceback, no
-partial output file (the library writes atomically).
+partial output file (the library writes atomically). A failed CI gate
+(``--max-bytes-per-device``, ``--max-peak-memory``, ``--strict``) is one line and exit
+code 1, after the output was written.
 """
 from __future__ import annotations
 
@@ -17,19 +19,23 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # (nothing may import numpy before that setting: click and the library come after it)
 
+EXIT_GATE_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 
 
 def error_exit_code(e: BaseException) -> int | None:
-    """Say what went wrong in one line on stderr and give the exit code: 2 for a problem
-    with the input (``HloSpmdError``), 130 for an interrupt, 3 for a bug (its traceback
+    """Say what went wrong in one line on stderr and give the exit code: 1 for a failed
+    CI gate (``GateError``), 2 for a problem with the input (``HloSpmdError``), 130 for an interrupt, 3 for a bug (its traceback
     only with ``HLO_SPMD_DEBUG``: then None, and the caller re-raises). One policy for
     commands run through click (:mod:`hlo_spmd_cli.app`) and the fast path."""
     import click  # (the message is printed as every other line: click.echo)
 
-    from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.errors import GateError, HloSpmdError
 
+    if isinstance(e, GateError):  # the output was written; a CI gate says no
+        click.echo(f"hlo-spmd: gate failed: {e}", err=True)
+        return EXIT_GATE_FAILED
     if isinstance(e, HloSpmdError):
         click.echo(f"hlo-spmd: error: {e}", err=True)
         return EXIT_USER_ERROR

@@ -951,6 +951,36 @@ def _resolve_frames(inst, sfi):
     return copy
 
 
+def _canonical_compares(module) -> dict:
+    """Instructions by name, each compare's ordering in one encoding (its order): XLA
+    up to 0.10 writes only comparison_type, newer XLA only comparison_order, hlo-spmd
+    both when the ordering is not the default (ir/comparison.py). Newer XLA also writes
+    an empty block_scaling_config / sparsity_config on every dot and convolution: an
+    empty one says nothing, so its presence is not compared."""
+    from hlo_spmd.ir import comparison
+    from hlo_spmd.proto import hlo_pb2
+
+    by_id = {i.id: i for c in module.computations for i in c.instructions}
+    out = {}
+    for c in module.computations:
+        for i in c.instructions:
+            if i.opcode == "compare" and i.operand_ids:
+                et = by_id[i.operand_ids[0]].shape.element_type
+                copy = hlo_pb2.HloInstructionProto()
+                copy.CopyFrom(i)
+                copy.comparison_order = comparison.order(i, et)
+                copy.ClearField("comparison_type")
+                i = copy
+            for f in ("block_scaling_config", "sparsity_config"):
+                if i.HasField(f) and not getattr(i, f).ListFields():
+                    copy = hlo_pb2.HloInstructionProto()
+                    copy.CopyFrom(i)
+                    copy.ClearField(f)
+                    i = copy
+            out[i.name] = i
+    return out
+
+
 def proto_differences(ref, ours, *, stack_frames: bool = True) -> list[str]:
     """Differences between two HloModuleProtos modulo ids and instruction order:
     per-instruction attributes (everything but the fields Instruction owns), shapes and
@@ -959,8 +989,8 @@ def proto_differences(ref, ours, *, stack_frames: bool = True) -> list[str]:
     from hlo_spmd.proto import hlo_pb2
 
     probs: list[str] = []
-    i1 = {i.name: i for c in ref.computations for i in c.instructions}
-    i2 = {i.name: i for c in ours.computations for i in c.instructions}
+    i1 = _canonical_compares(ref)
+    i2 = _canonical_compares(ours)
     if not stack_frames:
         # jaxlib renumbers stack frames when it parses text: compare resolved frames.
         i1 = {k: _resolve_frames(v, ref.stack_frame_index) for k, v in i1.items()}

@@ -95,7 +95,10 @@ def annotate(module: Module, mesh: Any = None, shard: Any = None) -> Module:
 
 def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
               shard: Mapping[str, Any] | Sequence[str] | None = None, *,
-              complete: bool = False, options: Any = None) -> PartitionResult:
+              complete: bool = False, options: Any = None,
+              propagate_to_output: bool | Sequence[bool] | None = None,
+              propagate_to_parameters: bool | Sequence[bool] | None = None
+              ) -> PartitionResult:
     """Complete the shardings and partition ``src`` into one per-device SPMD program.
 
     ``mesh``: ``"data=2,model=4"``, ``{"data": 2, "model": 4}`` or pairs; ``shard``:
@@ -104,16 +107,27 @@ def partition(src: Source, num_partitions: int | None = None, mesh: Any = None,
     defaults to what the shardings (or the mesh) imply. A Module passed in is copied
     first (inlining, annotation normalization and completion rewrite what they work on).
     ``options``: a ``hlo_spmd.passes.partition.PartitionOptions`` (e.g. windowed einsum).
+    ``propagate_to_output`` / ``propagate_to_parameters``: let completion choose the
+    shardings of the outputs / entry parameters, as XLA's
+    ``allow_spmd_sharding_propagation_to_output`` / ``..._to_parameters``: True, False,
+    or one bool per output (root tuple element) / entry parameter (a single-element list
+    applies to all). None (default): the module's own setting (its HLO text header),
+    else False. A module from ``jax.jit(f).lower(...)`` with out_shardings left
+    unspecified wants ``propagate_to_output=True``: JAX lets XLA choose them.
     """
     module = copy_module(src) if isinstance(src, Module) else load(src)
     return partition_owned(module, num_partitions, mesh, shard, complete=complete,
-                           options=options)
+                           options=options, propagate_to_output=propagate_to_output,
+                           propagate_to_parameters=propagate_to_parameters)
 
 
 def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any = None,
                     shard: Mapping[str, Any] | Sequence[str] | None = None, *,
                     complete: bool = False, options: Any = None,
-                    report: bool = True) -> PartitionResult:
+                    report: bool = True,
+                    propagate_to_output: bool | Sequence[bool] | None = None,
+                    propagate_to_parameters: bool | Sequence[bool] | None = None
+                    ) -> PartitionResult:
     """:func:`partition` on a module the caller gives up (it is rewritten: no copy).
     ``report=False``: no report is built (``report`` is None, ``warnings`` empty), for a
     caller that reads neither (the command line with ``-q`` and no ``--report``)."""
@@ -126,7 +140,9 @@ def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any
         from hlo_spmd.annotations.cli_spec import parse_mesh
 
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
-    result = run_partition(module, num_partitions, complete=complete, options=options)
+    result = run_partition(module, num_partitions, complete=complete, options=options,
+                           propagate_to_output=propagate_to_output,
+                           propagate_to_parameters=propagate_to_parameters)
     if not report:
         return PartitionResult(result.module, result.num_partitions, None, [])
     from hlo_spmd.report import build_report

@@ -15,6 +15,11 @@ class HloSpmdError(Exception):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class GateError(HloSpmdError):
+    """A CI gate failed: a figure of the output exceeds its limit, or (strict) the run
+    warned. Not bad input: the command line exits 1 for it, after writing its output."""
+
+
 class InputError(HloSpmdError):
     """The input file cannot be read or decoded (missing, corrupt, unknown format)."""
 

@@ -383,3 +383,19 @@ def stats_json(stats: ModuleStats) -> dict:
 
 __all__ = ["ModuleStats", "stats_json", "CollectiveSummary", "ArrayInfo", "module_stats", "stats_rows",
            "comparison_rows", "format_bytes", "ALIASING_OPS"]
+
+
+# -- gates ------------------------------------------------------------------------------------
+def gate_failures(stats: ModuleStats, *, max_bytes_per_device: int | None = None,
+                  max_peak_memory: int | None = None) -> list[str]:
+    """What exceeds its limit, one phrase each naming the figure and the limit; the
+    figures are the ones ``stats`` prints (total bytes per device of the collectives, the
+    peak live bytes), so a gate and the table never disagree. Empty when all pass."""
+    out = []
+    checks = (("bytes per device", stats.total_bytes_per_device, max_bytes_per_device),
+              ("peak memory", stats.peak_live_bytes, max_peak_memory))
+    for figure, value, limit in checks:
+        if limit is not None and value > limit:
+            out.append(f"{figure} {format_bytes(value)} ({int(value)} bytes) exceeds the limit "
+                       f"{format_bytes(limit)} ({int(limit)} bytes)")
+    return out

@@ -301,3 +301,50 @@ def module_mesh(module: "Module") -> Mesh | None:
 
 __all__ = ["parse_mesh", "parse_shard", "as_shard_specs", "apply_shards", "mesh_form",
            "mesh_form_of", "module_mesh", "mesh_text", "SpecError", "ShardSpec"]
+
+
+# -- which outputs / parameters propagation may choose (--propagate-to-output / -params) ----
+def parse_propagation_flags(text: str, count: int, what: str) -> tuple[bool, ...]:
+    """See below; ``what`` is "output" or "parameter"."""
+    option = "--propagate-to-output" if what == "output" else "--propagate-to-params"
+    return _propagation_flags(text, count, what, option)
+
+
+def _propagation_flags(text: str, count: int, what: str, option: str) -> tuple[bool, ...]:
+    """``--propagate-to-output WHICH`` / ``--propagate-to-params WHICH`` for a module with
+    ``count`` outputs / entry parameters, as one bool each (XLA's
+    ``allow_spmd_sharding_propagation_to_*`` list). WHICH is ``all``, ``none``, the
+    indices allowed (``0,2``), or XLA's bool list (``true,false,true``; one for all)."""
+    words = [w.strip() for w in text.strip().strip("{}").split(",")]
+    low = [w.lower() for w in words]
+    if low == ["all"]:
+        return (True,) * count
+    if low == ["none"]:
+        return (False,) * count
+    if low and all(w in ("true", "false") for w in low):
+        flags = tuple(w == "true" for w in low)
+        if len(flags) == 1:
+            return flags * count
+        if len(flags) != count:
+            raise ShardingError(f"{option} {text!r}: {len(flags)} flags but the "
+                                f"module has {count} {what}s")
+        return flags
+    if low and all(w.isdigit() for w in low):
+        chosen = {int(w) for w in low}
+        bad = sorted(k for k in chosen if k >= count)
+        if bad:
+            raise ShardingError(f"{option} {text!r}: no {what} {bad[0]} (the "
+                                f"module has {count})")
+        return tuple(k in chosen for k in range(count))
+    raise ShardingError(f"{option} {text!r}: expected all, none, indices like "
+                        "0,2 or booleans like true,false")
+
+
+def propagation_counts(module: "Module") -> tuple[int, int]:
+    """(outputs, entry parameters) of ``module``: what the flags above count. Outputs are
+    the root's tuple elements (one for an array root)."""
+    entry = module.entry
+    if entry is None or entry.root is None:
+        return 0, 0
+    shape = entry.root.shape
+    return (len(shape.tuple_shapes) if shape.is_tuple else 1), len(entry.parameters)

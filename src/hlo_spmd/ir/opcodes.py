@@ -78,14 +78,14 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "collective-permute":       (None, "collective"),
     "collective-permute-done":  (1, "side-effect collective done"),
     "collective-permute-start": (None, "side-effect collective start"),
-    "collective-reduce":        (None, "collective newer"),
+    "collective-reduce":        (None, "collective to-apply newer"),
     "compare":                  (2, "elementwise"),
     "complex":                  (2, "elementwise"),
     "concatenate":              (None, "linear"),
     "conditional":              (None, "control-flow"),
     "constant":                 (0, ""),
     "convert":                  (1, "elementwise"),
-    "convolution":              (2, ""),
+    "convolution":              (None, ""),
     "copy":                     (1, "elementwise linear"),
     "copy-done":                (1, "done"),
     "copy-start":               (1, "start"),
@@ -179,9 +179,11 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "xor":                      (2, "elementwise reducer"),
 }
 
-#: Operand counts the verifier checks where they differ from the opcode's arity: a dot
-#: without sparsity descriptors has two (HloVerifier::HandleDot), a ragged all-to-all six.
-_VERIFIER_OPERANDS: dict[str, int] = {"dot": 2, "ragged-all-to-all": 6}
+#: Operand counts the verifier checks where they differ from the opcode's arity: a ragged
+#: all-to-all has six. (dot and convolution are variadic: newer XLA gives them extra
+#: operands, block scales and sparsity metadata, named by block_scaling_config /
+#: sparsity_config.)
+_VERIFIER_OPERANDS: dict[str, int] = {"ragged-all-to-all": 6}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from hlo_spmd.errors import InputError, ShardingError
+from hlo_spmd.ir.comparison import complete_encodings
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction, clear_owned
 from hlo_spmd.ir.module import Module
@@ -332,7 +333,10 @@ def _write_instructions(new_message: Any, instructions: Any, shape_protos: _Shap
         p = new_message()
         copy_from(p, inst.attrs)
         p.name = inst.name
-        p.opcode = inst.opcode
+        opcode = p.opcode = inst.opcode
+        if opcode == "compare" and inst.operands:
+            # Both XLA generations must read the same ordering (ir/comparison.py).
+            complete_encodings(p, inst.operands[0].shape.element_type)
         merge(p, shape_field(inst.shape))
         p.id = inst.id
         if inst.operands:

@@ -900,7 +900,7 @@ def _ragged_dot(c: _Ctx) -> Shape:
 
 
 def _convolution(c: _Ctx) -> Shape:
-    c.count(2)
+    c.at_least(2)  # block-scaled convolutions carry scale operands after lhs and rhs
     lhs, rhs = c.array(0, "lhs"), c.array(1, "rhs")
     dn = c.attrs.convolution_dimension_numbers
     fgc = c.attrs.feature_group_count or 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from hlo_spmd.ir.comparison import (  # noqa: F401  (re-exported)
+    COMPARISON_ORDERS, COMPARISON_TYPES, default_comparison_type)
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.text_lexer import Cursor, c_escape, lexes_as_json_dict
 from hlo_spmd.proto import hlo_pb2, xla_data_pb2
@@ -18,25 +20,7 @@ P = PrimitiveType
 
 # -- enums ---------------------------------------------------------------------------------
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")
-COMPARISON_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
 FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
-_FLOATISH = {P.F16, P.F32, P.F64, P.BF16, P.F8E5M2, P.F8E4M3FN, P.F8E4M3B11FNUZ,
-             P.F8E5M2FNUZ, P.F8E4M3FNUZ, P.F8E4M3, P.F8E3M4, P.F8E8M0FNU, P.F4E2M1FN,
-             P.C64, P.C128}
-_SIGNED = {P.S1, P.S2, P.S4, P.S8, P.S16, P.S32, P.S64}
-
-
-def default_comparison_type(element_type: int) -> str:
-    """Comparison::DefaultComparisonType: FLOAT / SIGNED / UNSIGNED (PRED is unsigned)."""
-    try:
-        t = PrimitiveType(element_type)
-    except ValueError:
-        return "FLOAT"
-    if t in _FLOATISH:
-        return "FLOAT"
-    if t in _SIGNED:
-        return "SIGNED"
-    return "UNSIGNED"
 
 
 def enum_names(enum_type) -> dict[str, int]:
@@ -83,9 +67,34 @@ def sparsity_config_text(cfg: Any) -> str:
     for side in ("lhs", "rhs"):
         if cfg.HasField(side):
             t = getattr(cfg, side)
+            # idx (the metadata operand, newer XLA) only when set: older parsers reject it.
+            idx = f" idx={t.idx}" if t.idx else ""
             parts.append(f"{side}={{sparsity={t.num_non_zero}x{t.block_size} "
-                         f"dimension={t.dimension} stride={t.stride}}}")
+                         f"dimension={t.dimension} stride={t.stride}{idx}}}")
     return " ".join(parts)
+
+
+def block_scaling_config_text(cfg: Any) -> str:
+    """A dot's / convolution's ``BlockScalingConfig`` body, as newer XLA prints it:
+    ``lhs={scale_idx=2 zero_idx=3 strides=1x32 steps=1x1} rhs={...}``."""
+    parts = []
+    for side in ("lhs", "rhs"):
+        if cfg.HasField(side):
+            t = getattr(cfg, side)
+            items = [f"scale_idx={t.scale_idx}"]
+            if t.HasField("zero_idx"):
+                items.append(f"zero_idx={t.zero_idx}")
+            if len(t.strides):
+                items.append("strides=" + "x".join(map(str, t.strides)))
+            if len(t.steps):
+                items.append("steps=" + "x".join(map(str, t.steps)))
+            parts.append(f"{side}={{" + " ".join(items) + "}")
+    return " ".join(parts)
+
+
+def has_sides(cfg: Any) -> bool:
+    """A sparsity / block-scaling config that says something (XLA prints only those)."""
+    return cfg.HasField("lhs") or cfg.HasField("rhs")
 
 
 # -- small lists ---------------------------------------------------------------------------

@@ -52,17 +52,18 @@ _ASYNC_SUGAR = (("-start", "async-start"), ("-update", "async-update"), ("-done"
 _RESULT_ACCURACY_OPS = _opcodes.RESULT_ACCURACY
 _COLLECTIVE_GROUPS = {"replica_groups", "channel_id", "constrain_layout"}
 _DOT_ATTRS = {"lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims",
-              "rhs_batch_dims", "operand_precision", "algorithm"}
+              "rhs_batch_dims", "operand_precision", "algorithm", "sparsity_config",
+              "block_scaling_config"}
 # Opcode-specific attributes each opcode accepts (the generic ones are always allowed).
 _ALLOWED: dict[str, set[str]] = {
-    "iota": {"iota_dimension"}, "topk": {"k", "largest"},
+    "iota": {"iota_dimension"}, "topk": {"k", "largest", "is_stable"},
     "all-gather": _COLLECTIVE_GROUPS | {"dimensions", "use_global_device_ids"},
     "all-reduce": _COLLECTIVE_GROUPS | {"to_apply", "use_global_device_ids", "mode"},
     "reduce-scatter": _COLLECTIVE_GROUPS | {"to_apply", "use_global_device_ids", "mode",
                                             "dimensions"},
     "all-to-all": _COLLECTIVE_GROUPS | {"dimensions"},
     "ragged-all-to-all": {"replica_groups", "channel_id", "dimensions"},
-    "collective-broadcast": {"replica_groups", "channel_id"},
+    "collective-broadcast": {"replica_groups", "channel_id", "has_dynamic_root"},
     "collective-permute": {"source_target_pairs", "channel_id", "slice_sizes"},
     "async-start": {"async_execution_thread", "calls", "output_to_operand_aliasing"},
     "async-update": {"async_execution_thread", "calls"},
@@ -76,10 +77,11 @@ _ALLOWED: dict[str, set[str]] = {
     "call": {"to_apply", "is_composite"},
     "reduce-window": {"window", "to_apply"},
     "convolution": {"window", "dim_labels", "feature_group_count", "batch_group_count",
-                    "convolution_kind", "operand_precision", "sparsity_config"},
+                    "convolution_kind", "operand_precision", "algorithm", "sparsity_config",
+                    "block_scaling_config"},
     "fft": {"fft_type", "fft_length"},
     "triangular-solve": {"left_side", "lower", "unit_diagonal", "transpose_a"},
-    "compare": {"direction", "type"},
+    "compare": {"direction", "type", "order"},
     "cholesky": {"lower"},
     "broadcast": {"dimensions"}, "concatenate": {"dimensions"}, "reverse": {"dimensions"},
     "transpose": {"dimensions"},
@@ -106,7 +108,11 @@ _ALLOWED: dict[str, set[str]] = {
                     "operand_precision", "schedule", "api_version"},
     "dot": set(_DOT_ATTRS),
     "scaled-dot": set(_DOT_ATTRS),
-    "ragged-dot": (_DOT_ATTRS - {"algorithm"}) | {"lhs_ragged_dims", "rhs_group_dims"},
+    "ragged-dot": (_DOT_ATTRS - {"algorithm", "sparsity_config", "block_scaling_config"})
+    | {"lhs_ragged_dims", "rhs_group_dims"},
+    "shuffle": {"dimensions", "mode", "shifts"},
+    "collective-reduce": _COLLECTIVE_GROUPS | {"to_apply", "use_global_device_ids",
+                                               "has_dynamic_root"},
     "gather": {"offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
                "slice_sizes", "indices_are_sorted", "operand_batching_dims",
                "start_indices_batching_dims"},
@@ -150,6 +156,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
                "slice_sizes"),
     "scatter": ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
                 "index_vector_dim", "to_apply"),
+    "shuffle": ("dimensions", "mode"), "collective-reduce": ("to_apply",),
     "domain": ("domain",), "get-dimension-size": ("dimensions",),
     "set-dimension-size": ("dimensions",),
 }
@@ -418,7 +425,21 @@ def _h_comparison_type(p: "_Parser", x: _Inst) -> None:
     v = c.ident("comparison type").upper()
     if v not in A.COMPARISON_TYPES:
         raise c.error(f"expects comparison type but sees: {v}", pos)
+    if "order" in x.seen:
+        raise c.error("a compare takes type= or order=, not both", pos)
     x.attrs.comparison_type = v
+
+
+def _h_comparison_order(p: "_Parser", x: _Inst) -> None:
+    """``order=TOTAL|PARTIAL``: newer XLA's spelling of the ordering (see ir/comparison)."""
+    c = p.c
+    pos = c.skip_ws()
+    v = c.ident("comparison order").upper()
+    if v not in A.COMPARISON_ORDERS:
+        raise c.error(f"expects comparison order but sees: {v}", pos)
+    if "type" in x.seen:
+        raise c.error("a compare takes type= or order=, not both", pos)
+    x.attrs.comparison_order = v
 
 
 def _h_string(field: str, as_bytes: bool = False) -> Callable:
@@ -546,6 +567,9 @@ def _h_cross_program_prefetch(p: "_Parser", x: _Inst) -> None:
 
 
 def _h_mode(p: "_Parser", x: _Inst) -> None:
+    if x.opcode == "shuffle":
+        _h_shuffle_mode(p, x)
+        return
     p.c.ident("collective op group mode")  # parsed and ignored, as XLA does
 
 
@@ -573,10 +597,61 @@ def _h_sparsity_config(p: "_Parser", x: _Inst) -> None:
                 if m is None:
                     raise c.error("expects sparsity like 1x2", vpos)
                 tensor.num_non_zero, tensor.block_size = int(m.group(1)), int(m.group(2))
-            elif key in ("dimension", "stride"):
+            elif key in ("dimension", "stride", "idx"):
                 setattr(tensor, key, c.int(key))
             else:
-                raise c.error("expects sparsity, dimension or stride in sparsity config", pos)
+                raise c.error("expects sparsity, dimension, stride or idx in sparsity config",
+                              pos)
+
+
+def _h_block_scaling_config(p: "_Parser", x: _Inst) -> None:
+    """``{lhs={scale_idx=2 zero_idx=3 strides=1x32 steps=1x1} rhs={...}}`` (newer XLA)."""
+    c = p.c
+    c.expect("{", "expects '{' to start block scaling config")
+    cfg = x.attrs.block_scaling_config
+    cfg.SetInParent()
+    while not c.eat("}"):
+        pos = c.skip_ws()
+        side = c.attr_name()
+        if side not in ("lhs", "rhs"):
+            raise c.error("expects lhs= or rhs= in block scaling config", pos)
+        tensor = getattr(cfg, side)
+        tensor.SetInParent()
+        c.expect("{", "expects '{' to start a block scaling side")
+        while not c.eat("}"):
+            pos = c.skip_ws()
+            key = c.attr_name()
+            if key in ("scale_idx", "zero_idx"):
+                vpos = c.skip_ws()
+                v = c.int(key)
+                if not -2 ** 31 <= v < 2 ** 31:
+                    raise c.error("value out of range for int32_t", vpos)
+                setattr(tensor, key, v)
+            elif key in ("strides", "steps"):
+                vpos = c.skip_ws()
+                m = c.match(_DIMS_X)
+                if m is None:
+                    raise c.error(f"expects {key} like 1x32", vpos)
+                getattr(tensor, key).extend(int(v) for v in m.group(0).split("x"))
+            else:
+                raise c.error("expects scale_idx, zero_idx, strides or steps in block scaling "
+                              "config", pos)
+
+
+_DIMS_X = _re.compile(r"[0-9]+(?:x[0-9]+)*")
+
+
+def _h_shuffle_mode(p: "_Parser", x: _Inst) -> None:
+    c = p.c
+    pos = c.skip_ws()
+    v = c.ident("shuffle mode")
+    if v != "rotate":
+        raise c.error(f"expects shuffle mode but sees: {v}", pos)
+    x.attrs.shuffle_mode.rotate.SetInParent()
+
+
+def _h_shifts(p: "_Parser", x: _Inst) -> None:
+    x.attrs.shuffle_mode.rotate.shifts.extend(p.c.int_list())
 
 
 _N_X_M = _re.compile(r"([0-9]+)x([0-9]+)")
@@ -653,6 +728,9 @@ ATTRIBUTES: dict[str, Callable[["_Parser", _Inst], None]] = {
     "lhs_ragged_dims": _h_ragged("lhs_ragged_dimensions"),
     "rhs_group_dims": _h_ragged("rhs_group_dimensions"),
     "sparsity_config": _h_sparsity_config,
+    "block_scaling_config": _h_block_scaling_config,
+    "has_dynamic_root": _h_bool("has_dynamic_root"),
+    "shifts": _h_shifts,
     "offset_dims": _h_gather_dims("offset_dims"),
     "collapsed_slice_dims": _h_gather_dims("collapsed_slice_dims"),
     "start_index_map": _h_gather_dims("start_index_map"),
@@ -669,7 +747,7 @@ ATTRIBUTES: dict[str, Callable[["_Parser", _Inst], None]] = {
     "is_stable": _h_bool("is_stable"), "is_reverse": _h_bool("is_reverse"),
     "is_associative": _h_is_associative,
     # compare, rng, misc scalars
-    "direction": _h_direction, "type": _h_comparison_type,
+    "direction": _h_direction, "type": _h_comparison_type, "order": _h_comparison_order,
     "distribution": _h_enum_lower("distribution", A.DISTRIBUTION_BY_NAME, "random distribution"),
     "delta": _h_int("delta"), "k": _h_int("k"), "largest": _h_bool("largest"),
     "num_carries": _h_int("num_carries"),
@@ -759,7 +837,7 @@ def _f_collective(x: _Inst) -> None:
 
 
 def _f_compare(x: _Inst) -> None:
-    if not x.attrs.comparison_type and x.operands:
+    if not x.attrs.comparison_type and not x.attrs.comparison_order and x.operands:
         x.attrs.comparison_type = A.default_comparison_type(x.operands[0].shape.element_type)
 
 

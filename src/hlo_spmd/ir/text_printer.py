@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from hlo_spmd.ir import text_attrs as A
+from hlo_spmd.ir.comparison import default_order
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.literal import format_literal, format_literal_with_shape
@@ -279,7 +280,12 @@ def _parameter(p: _Printer, inst: Instruction, out: list[str]) -> None:
 def _compare(p: _Printer, inst: Instruction, out: list[str]) -> None:
     a = inst.attrs
     out.append("direction=" + a.comparison_direction)
-    if a.comparison_type and inst.operands:
+    if a.comparison_order and inst.operands:
+        # Newer XLA's spelling, kept when the module came with it; printed, like XLA
+        # does, only when it is not the element type's default.
+        if a.comparison_order != default_order(inst.operands[0].shape.element_type):
+            out.append("order=" + a.comparison_order)
+    elif a.comparison_type and inst.operands:
         if a.comparison_type != A.default_comparison_type(inst.operands[0].shape.element_type):
             out.append("type=" + a.comparison_type)
 
@@ -366,16 +372,44 @@ def _convolution(p: _Printer, inst: Instruction, out: list[str]) -> None:
     if a.conv_kind:
         out.append("convolution_kind=" + A.CONV_KIND_NAMES.get(a.conv_kind, "unset"))
     out.extend(A.precision_attrs(a.precision_config))
-    if a.HasField("sparsity_config") and (a.sparsity_config.HasField("lhs")
-                                          or a.sparsity_config.HasField("rhs")):
+    _scaling_and_sparsity(a, out)
+
+
+def _scaling_and_sparsity(a: hlo_pb2.HloInstructionProto, out: list[str]) -> None:
+    """sparsity_config, then (newer XLA) block_scaling_config, each only when it has a side."""
+    if a.HasField("sparsity_config") and A.has_sides(a.sparsity_config):
         out.append("sparsity_config={" + A.sparsity_config_text(a.sparsity_config) + "}")
+    if a.HasField("block_scaling_config") and A.has_sides(a.block_scaling_config):
+        out.append("block_scaling_config={"
+                   + A.block_scaling_config_text(a.block_scaling_config) + "}")
 
 
 def _dot(p: _Printer, inst: Instruction, out: list[str]) -> None:
     a = inst.attrs
     out.extend(A.dot_dims_attrs(a.dot_dimension_numbers))
     out.extend(A.precision_attrs(a.precision_config))
+    _scaling_and_sparsity(a, out)
     # (XLA no longer prints or parses the deprecated dot_sparsity descriptors.)
+
+
+def _shuffle(p: _Printer, inst: Instruction, out: list[str]) -> None:
+    a = inst.attrs
+    out.append("dimensions=" + A.int_list(a.dimensions))
+    if a.shuffle_mode.WhichOneof("mode") == "rotate":
+        out.append("mode=rotate")
+        out.append("shifts=" + A.int_list(a.shuffle_mode.rotate.shifts))
+
+
+def _collective_broadcast(p: _Printer, inst: Instruction, out: list[str]) -> None:
+    _collective_base(inst.attrs, out)
+    if inst.attrs.has_dynamic_root:  # newer XLA's attribute: only when set (older XLA parses)
+        out.append("has_dynamic_root=true")
+
+
+def _collective_reduce(p: _Printer, inst: Instruction, out: list[str]) -> None:
+    a = inst.attrs
+    _collective_base(a, out)
+    out.append("has_dynamic_root=" + ("true" if a.has_dynamic_root else "false"))
 
 
 def _ragged_dot(p: _Printer, inst: Instruction, out: list[str]) -> None:
@@ -483,6 +517,8 @@ def _topk(p: _Printer, inst: Instruction, out: list[str]) -> None:
     a = inst.attrs
     out.append(f"k={a.k}")
     out.append("largest=" + ("true" if a.largest else "false"))
+    if a.is_stable:  # newer XLA's attribute: printed only when set, so older XLA parses
+        out.append("is_stable=true")
 
 
 def _rng(p: _Printer, inst: Instruction, out: list[str]) -> None:
@@ -556,7 +592,7 @@ _OPCODE_ATTRS: dict[str, Callable[[_Printer, Instruction, list[str]], None]] = {
     "reduce-scatter": _reduce_scatter,
     "all-to-all": _all_to_all,
     "ragged-all-to-all": _collective_plain,
-    "collective-broadcast": _collective_plain,
+    "collective-broadcast": _collective_broadcast,
     "collective-permute": _collective_permute, "collective-permute-start": _collective_permute,
     "reverse": _dims, "concatenate": _dims, "reduce": _dims, "transpose": _dims,
     "broadcast": _dims, "map": _dims,
@@ -581,6 +617,7 @@ _OPCODE_ATTRS: dict[str, Callable[[_Printer, Instruction, list[str]], None]] = {
     "scatter": _scatter,
     "iota": _iota,
     "dot": _dot, "scaled-dot": _dot,
+    "shuffle": _shuffle, "collective-reduce": _collective_reduce,
     "ragged-dot": _ragged_dot,
     "domain": _domain,
     "get-dimension-size": _single_dim, "set-dimension-size": _single_dim,

@@ -60,7 +60,7 @@ MAY_ALIAS: Kind
 MUST_ALIAS: Kind
 
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "slice_dimensions", "exponent_bits", "mantissa_bits", "dynamic_slice_sizes", "padding_config", "outfeed_config", "distribution", "epsilon", "feature_index", "channel_id", "infeed_config", "custom_call_target", "outfeed_shape", "dot_dimension_numbers", "fft_type", "fft_length", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "sharding", "backend_config", "all_reduce_id", "is_host_transfer", "scatter_dimension_numbers", "replica_groups", "feature_group_count", "precision_config", "source_target_pairs", "domain_entry_sharding", "domain_exit_sharding", "constrain_layout", "operand_shapes_with_layout", "batch_group_count", "triangular_solve_options", "is_stable", "parameter_replication", "cholesky_options", "comparison_direction", "custom_call_has_side_effect", "delta", "indices_are_sorted", "frontend_attributes", "unique_indices", "rng_algorithm", "use_global_device_ids", "comparison_type", "is_cross_program_prefetch", "output_operand_aliasing", "padding_type", "custom_call_schedule", "custom_call_api_version", "async_execution_thread", "cross_program_prefetch_index", "k", "statistics_viz", "largest", "dot_sparsity", "collective_device_list", "iota_collective_device_list", "mesh_axes_replica_group_list", "original_value", "is_composite", "ragged_dot_dimension_numbers", "result_accuracy", "is_reverse", "num_carries", "is_associative", "conv_kind", "sparsity_config", "backend_config_payload")
+    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "slice_dimensions", "exponent_bits", "mantissa_bits", "dynamic_slice_sizes", "padding_config", "outfeed_config", "distribution", "epsilon", "feature_index", "channel_id", "infeed_config", "custom_call_target", "outfeed_shape", "dot_dimension_numbers", "fft_type", "fft_length", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "sharding", "backend_config", "all_reduce_id", "is_host_transfer", "scatter_dimension_numbers", "replica_groups", "feature_group_count", "precision_config", "source_target_pairs", "domain_entry_sharding", "domain_exit_sharding", "constrain_layout", "operand_shapes_with_layout", "batch_group_count", "triangular_solve_options", "is_stable", "parameter_replication", "cholesky_options", "comparison_direction", "custom_call_has_side_effect", "delta", "indices_are_sorted", "frontend_attributes", "unique_indices", "rng_algorithm", "use_global_device_ids", "comparison_type", "is_cross_program_prefetch", "output_operand_aliasing", "padding_type", "custom_call_schedule", "custom_call_api_version", "async_execution_thread", "cross_program_prefetch_index", "k", "statistics_viz", "largest", "dot_sparsity", "collective_device_list", "iota_collective_device_list", "mesh_axes_replica_group_list", "original_value", "is_composite", "ragged_dot_dimension_numbers", "result_accuracy", "is_reverse", "num_carries", "is_associative", "conv_kind", "sparsity_config", "backend_config_payload", "has_dynamic_root", "block_scaling_config", "comparison_order", "shuffle_mode")
     class SliceDimensions(_message.Message):
         __slots__ = ("start", "limit", "stride")
         START_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,10 @@ class HloInstructionProto(_message.Message):
     CONV_KIND_FIELD_NUMBER: _ClassVar[int]
     SPARSITY_CONFIG_FIELD_NUMBER: _ClassVar[int]
     BACKEND_CONFIG_PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    HAS_DYNAMIC_ROOT_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SCALING_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    COMPARISON_ORDER_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_MODE_FIELD_NUMBER: _ClassVar[int]
     name: str
     opcode: str
     shape: _xla_data_pb2.ShapeProto
@@ -238,10 +242,14 @@ class HloInstructionProto(_message.Message):
     conv_kind: ConvolutionKind
     sparsity_config: _xla_data_pb2.SparsityConfig
     backend_config_payload: _xla_data_pb2.Payload
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[_xla_data_pb2.LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[_xla_data_pb2.Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[_xla_data_pb2.ConvolutionDimensionNumbers, _Mapping]] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., exponent_bits: _Optional[int] = ..., mantissa_bits: _Optional[int] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[_xla_data_pb2.PaddingConfig, _Mapping]] = ..., outfeed_config: _Optional[bytes] = ..., distribution: _Optional[_Union[_xla_data_pb2.RandomDistribution, str]] = ..., epsilon: _Optional[float] = ..., feature_index: _Optional[int] = ..., channel_id: _Optional[int] = ..., infeed_config: _Optional[bytes] = ..., custom_call_target: _Optional[str] = ..., outfeed_shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[_Union[_xla_data_pb2.FftType, str]] = ..., fft_length: _Optional[_Iterable[int]] = ..., gather_dimension_numbers: _Optional[_Union[_xla_data_pb2.GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., backend_config: _Optional[bytes] = ..., all_reduce_id: _Optional[int] = ..., is_host_transfer: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[_xla_data_pb2.ScatterDimensionNumbers, _Mapping]] = ..., replica_groups: _Optional[_Iterable[_Union[_xla_data_pb2.ReplicaGroup, _Mapping]]] = ..., feature_group_count: _Optional[int] = ..., precision_config: _Optional[_Union[_xla_data_pb2.PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[_xla_data_pb2.SourceTarget, _Mapping]]] = ..., domain_entry_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., domain_exit_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., constrain_layout: _Optional[bool] = ..., operand_shapes_with_layout: _Optional[_Iterable[_Union[_xla_data_pb2.ShapeProto, _Mapping]]] = ..., batch_group_count: _Optional[int] = ..., triangular_solve_options: _Optional[_Union[_xla_data_pb2.TriangularSolveOptions, _Mapping]] = ..., is_stable: _Optional[bool] = ..., parameter_replication: _Optional[_Union[_xla_data_pb2.ParameterReplication, _Mapping]] = ..., cholesky_options: _Optional[_Union[_xla_data_pb2.CholeskyOptions, _Mapping]] = ..., comparison_direction: _Optional[str] = ..., custom_call_has_side_effect: _Optional[bool] = ..., delta: _Optional[int] = ..., indices_are_sorted: _Optional[bool] = ..., frontend_attributes: _Optional[_Union[_xla_data_pb2.FrontendAttributes, _Mapping]] = ..., unique_indices: _Optional[bool] = ..., rng_algorithm: _Optional[_Union[_xla_data_pb2.RandomAlgorithm, str]] = ..., use_global_device_ids: _Optional[bool] = ..., comparison_type: _Optional[str] = ..., is_cross_program_prefetch: _Optional[bool] = ..., output_operand_aliasing: _Optional[_Iterable[_Union[_xla_data_pb2.OutputOperandAliasing, _Mapping]]] = ..., padding_type: _Optional[_Union[_xla_data_pb2.PaddingType, str]] = ..., custom_call_schedule: _Optional[_Union[CustomCallSchedule, str]] = ..., custom_call_api_version: _Optional[_Union[CustomCallApiVersion, str]] = ..., async_execution_thread: _Optional[str] = ..., cross_program_prefetch_index: _Optional[int] = ..., k: _Optional[int] = ..., statistics_viz: _Optional[_Union[_xla_data_pb2.StatisticsViz, _Mapping]] = ..., largest: _Optional[bool] = ..., dot_sparsity: _Optional[_Iterable[_Union[_xla_data_pb2.SparsityDescriptor, _Mapping]]] = ..., collective_device_list: _Optional[_Union[_xla_data_pb2.CollectiveDeviceListProto, _Mapping]] = ..., iota_collective_device_list: _Optional[_Union[_xla_data_pb2.IotaReplicaGroupListProto, _Mapping]] = ..., mesh_axes_replica_group_list: _Optional[_Union[_xla_data_pb2.MeshAxesReplicaGroupListProto, _Mapping]] = ..., original_value: _Optional[_Union[_xla_data_pb2.OriginalValueProto, _Mapping]] = ..., is_composite: _Optional[bool] = ..., ragged_dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.RaggedDotDimensionNumbers, _Mapping]] = ..., result_accuracy: _Optional[_Union[_xla_data_pb2.ResultAccuracy, _Mapping]] = ..., is_reverse: _Optional[bool] = ..., num_carries: _Optional[int] = ..., is_associative: _Optional[_Union[TriState, str]] = ..., conv_kind: _Optional[_Union[ConvolutionKind, str]] = ..., sparsity_config: _Optional[_Union[_xla_data_pb2.SparsityConfig, _Mapping]] = ..., backend_config_payload: _Optional[_Union[_xla_data_pb2.Payload, _Mapping]] = ...) -> None: ...
+    has_dynamic_root: bool
+    block_scaling_config: _xla_data_pb2.BlockScalingConfig
+    comparison_order: str
+    shuffle_mode: _xla_data_pb2.ShuffleMode
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[_xla_data_pb2.LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[_xla_data_pb2.Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[_xla_data_pb2.ConvolutionDimensionNumbers, _Mapping]] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., exponent_bits: _Optional[int] = ..., mantissa_bits: _Optional[int] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[_xla_data_pb2.PaddingConfig, _Mapping]] = ..., outfeed_config: _Optional[bytes] = ..., distribution: _Optional[_Union[_xla_data_pb2.RandomDistribution, str]] = ..., epsilon: _Optional[float] = ..., feature_index: _Optional[int] = ..., channel_id: _Optional[int] = ..., infeed_config: _Optional[bytes] = ..., custom_call_target: _Optional[str] = ..., outfeed_shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[_Union[_xla_data_pb2.FftType, str]] = ..., fft_length: _Optional[_Iterable[int]] = ..., gather_dimension_numbers: _Optional[_Union[_xla_data_pb2.GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., backend_config: _Optional[bytes] = ..., all_reduce_id: _Optional[int] = ..., is_host_transfer: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[_xla_data_pb2.ScatterDimensionNumbers, _Mapping]] = ..., replica_groups: _Optional[_Iterable[_Union[_xla_data_pb2.ReplicaGroup, _Mapping]]] = ..., feature_group_count: _Optional[int] = ..., precision_config: _Optional[_Union[_xla_data_pb2.PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[_xla_data_pb2.SourceTarget, _Mapping]]] = ..., domain_entry_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., domain_exit_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., constrain_layout: _Optional[bool] = ..., operand_shapes_with_layout: _Optional[_Iterable[_Union[_xla_data_pb2.ShapeProto, _Mapping]]] = ..., batch_group_count: _Optional[int] = ..., triangular_solve_options: _Optional[_Union[_xla_data_pb2.TriangularSolveOptions, _Mapping]] = ..., is_stable: _Optional[bool] = ..., parameter_replication: _Optional[_Union[_xla_data_pb2.ParameterReplication, _Mapping]] = ..., cholesky_options: _Optional[_Union[_xla_data_pb2.CholeskyOptions, _Mapping]] = ..., comparison_direction: _Optional[str] = ..., custom_call_has_side_effect: _Optional[bool] = ..., delta: _Optional[int] = ..., indices_are_sorted: _Optional[bool] = ..., frontend_attributes: _Optional[_Union[_xla_data_pb2.FrontendAttributes, _Mapping]] = ..., unique_indices: _Optional[bool] = ..., rng_algorithm: _Optional[_Union[_xla_data_pb2.RandomAlgorithm, str]] = ..., use_global_device_ids: _Optional[bool] = ..., comparison_type: _Optional[str] = ..., is_cross_program_prefetch: _Optional[bool] = ..., output_operand_aliasing: _Optional[_Iterable[_Union[_xla_data_pb2.OutputOperandAliasing, _Mapping]]] = ..., padding_type: _Optional[_Union[_xla_data_pb2.PaddingType, str]] = ..., custom_call_schedule: _Optional[_Union[CustomCallSchedule, str]] = ..., custom_call_api_version: _Optional[_Union[CustomCallApiVersion, str]] = ..., async_execution_thread: _Optional[str] = ..., cross_program_prefetch_index: _Optional[int] = ..., k: _Optional[int] = ..., statistics_viz: _Optional[_Union[_xla_data_pb2.StatisticsViz, _Mapping]] = ..., largest: _Optional[bool] = ..., dot_sparsity: _Optional[_Iterable[_Union[_xla_data_pb2.SparsityDescriptor, _Mapping]]] = ..., collective_device_list: _Optional[_Union[_xla_data_pb2.CollectiveDeviceListProto, _Mapping]] = ..., iota_collective_device_list: _Optional[_Union[_xla_data_pb2.IotaReplicaGroupListProto, _Mapping]] = ..., mesh_axes_replica_group_list: _Optional[_Union[_xla_data_pb2.MeshAxesReplicaGroupListProto, _Mapping]] = ..., original_value: _Optional[_Union[_xla_data_pb2.OriginalValueProto, _Mapping]] = ..., is_composite: _Optional[bool] = ..., ragged_dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.RaggedDotDimensionNumbers, _Mapping]] = ..., result_accuracy: _Optional[_Union[_xla_data_pb2.ResultAccuracy, _Mapping]] = ..., is_reverse: _Optional[bool] = ..., num_carries: _Optional[int] = ..., is_associative: _Optional[_Union[TriState, str]] = ..., conv_kind: _Optional[_Union[ConvolutionKind, str]] = ..., sparsity_config: _Optional[_Union[_xla_data_pb2.SparsityConfig, _Mapping]] = ..., backend_config_payload: _Optional[_Union[_xla_data_pb2.Payload, _Mapping]] = ..., has_dynamic_root: _Optional[bool] = ..., block_scaling_config: _Optional[_Union[_xla_data_pb2.BlockScalingConfig, _Mapping]] = ..., comparison_order: _Optional[str] = ..., shuffle_mode: _Optional[_Union[_xla_data_pb2.ShuffleMode, _Mapping]] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
-    __slots__ = ("name", "instructions", "program_shape", "id", "root_id", "is_fusion_computation", "execution_thread")
+    __slots__ = ("name", "instructions", "program_shape", "id", "root_id", "is_fusion_computation", "execution_thread", "backend_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     PROGRAM_SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +257,7 @@ class HloComputationProto(_message.Message):
     ROOT_ID_FIELD_NUMBER: _ClassVar[int]
     IS_FUSION_COMPUTATION_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_THREAD_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     instructions: _containers.RepeatedCompositeFieldContainer[HloInstructionProto]
     program_shape: _xla_data_pb2.ProgramShapeProto
@@ -256,7 +265,8 @@ class HloComputationProto(_message.Message):
     root_id: int
     is_fusion_computation: bool
     execution_thread: str
-    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., program_shape: _Optional[_Union[_xla_data_pb2.ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., root_id: _Optional[int] = ..., is_fusion_computation: _Optional[bool] = ..., execution_thread: _Optional[str] = ...) -> None: ...
+    backend_config: bytes
+    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., program_shape: _Optional[_Union[_xla_data_pb2.ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., root_id: _Optional[int] = ..., is_fusion_computation: _Optional[bool] = ..., execution_thread: _Optional[str] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
 
 class HloScheduleProto(_message.Message):
     __slots__ = ("sequences",)
@@ -351,7 +361,7 @@ class StackFrameIndexProto(_message.Message):
     def __init__(self, file_names: _Optional[_Iterable[str]] = ..., function_names: _Optional[_Iterable[str]] = ..., file_locations: _Optional[_Iterable[_Union[StackFrameIndexProto.FileLocation, _Mapping]]] = ..., stack_frames: _Optional[_Iterable[_Union[StackFrameIndexProto.StackFrame, _Mapping]]] = ...) -> None: ...
 
 class HloModuleProto(_message.Message):
-    __slots__ = ("name", "entry_computation_name", "computations", "host_program_shape", "id", "entry_computation_id", "schedule", "input_output_alias", "cross_program_prefetches", "is_dynamic", "spmd_output_sharding", "profile_info", "spmd_parameters_shardings", "device_assignment", "use_auto_spmd_partitioning", "stack_frame_index", "buffer_donor", "frontend_attributes", "original_value_recovery_table", "device_type", "payloads", "pjrt_id")
+    __slots__ = ("name", "entry_computation_name", "computations", "host_program_shape", "id", "entry_computation_id", "schedule", "input_output_alias", "cross_program_prefetches", "is_dynamic", "spmd_output_sharding", "profile_info", "spmd_parameters_shardings", "device_assignment", "use_auto_spmd_partitioning", "stack_frame_index", "buffer_donor", "frontend_attributes", "original_value_recovery_table", "device_type", "payloads", "pjrt_id", "debug_attributes", "backend_config")
     class ProfileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         INVALID: _ClassVar[HloModuleProto.ProfileType]
@@ -421,6 +431,8 @@ class HloModuleProto(_message.Message):
     DEVICE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOADS_FIELD_NUMBER: _ClassVar[int]
     PJRT_ID_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     entry_computation_name: str
     computations: _containers.RepeatedCompositeFieldContainer[HloComputationProto]
@@ -443,7 +455,55 @@ class HloModuleProto(_message.Message):
     device_type: str
     payloads: _containers.RepeatedScalarFieldContainer[bytes]
     pjrt_id: int
-    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., host_program_shape: _Optional[_Union[_xla_data_pb2.ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., schedule: _Optional[_Union[HloScheduleProto, _Mapping]] = ..., input_output_alias: _Optional[_Union[HloInputOutputAliasProto, _Mapping]] = ..., cross_program_prefetches: _Optional[_Iterable[_Union[CrossProgramPrefetch, _Mapping]]] = ..., is_dynamic: _Optional[bool] = ..., spmd_output_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., profile_info: _Optional[_Iterable[_Union[HloModuleProto.ProfileInfo, _Mapping]]] = ..., spmd_parameters_shardings: _Optional[_Iterable[_Union[_xla_data_pb2.OpSharding, _Mapping]]] = ..., device_assignment: _Optional[_Union[_xla_data_pb2.DeviceAssignmentProto, _Mapping]] = ..., use_auto_spmd_partitioning: _Optional[bool] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ..., buffer_donor: _Optional[_Union[HloBufferDonorProto, _Mapping]] = ..., frontend_attributes: _Optional[_Union[_xla_data_pb2.FrontendAttributes, _Mapping]] = ..., original_value_recovery_table: _Optional[_Union[OriginalValueRecoveryTableProto, _Mapping]] = ..., device_type: _Optional[str] = ..., payloads: _Optional[_Iterable[bytes]] = ..., pjrt_id: _Optional[int] = ...) -> None: ...
+    debug_attributes: _containers.RepeatedCompositeFieldContainer[DebugAttributeTableEntryProto]
+    backend_config: bytes
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., host_program_shape: _Optional[_Union[_xla_data_pb2.ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., schedule: _Optional[_Union[HloScheduleProto, _Mapping]] = ..., input_output_alias: _Optional[_Union[HloInputOutputAliasProto, _Mapping]] = ..., cross_program_prefetches: _Optional[_Iterable[_Union[CrossProgramPrefetch, _Mapping]]] = ..., is_dynamic: _Optional[bool] = ..., spmd_output_sharding: _Optional[_Union[_xla_data_pb2.OpSharding, _Mapping]] = ..., profile_info: _Optional[_Iterable[_Union[HloModuleProto.ProfileInfo, _Mapping]]] = ..., spmd_parameters_shardings: _Optional[_Iterable[_Union[_xla_data_pb2.OpSharding, _Mapping]]] = ..., device_assignment: _Optional[_Union[_xla_data_pb2.DeviceAssignmentProto, _Mapping]] = ..., use_auto_spmd_partitioning: _Optional[bool] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ..., buffer_donor: _Optional[_Union[HloBufferDonorProto, _Mapping]] = ..., frontend_attributes: _Optional[_Union[_xla_data_pb2.FrontendAttributes, _Mapping]] = ..., original_value_recovery_table: _Optional[_Union[OriginalValueRecoveryTableProto, _Mapping]] = ..., device_type: _Optional[str] = ..., payloads: _Optional[_Iterable[bytes]] = ..., pjrt_id: _Optional[int] = ..., debug_attributes: _Optional[_Iterable[_Union[DebugAttributeTableEntryProto, _Mapping]]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
+
+class X64ConfigProto(_message.Message):
+    __slots__ = ("xprecision_64bit_fragment", "original_log_instruction_name", "xprecision_64bit_original_type")
+    XPRECISION_64BIT_FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_LOG_INSTRUCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    XPRECISION_64BIT_ORIGINAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    xprecision_64bit_fragment: str
+    original_log_instruction_name: str
+    xprecision_64bit_original_type: str
+    def __init__(self, xprecision_64bit_fragment: _Optional[str] = ..., original_log_instruction_name: _Optional[str] = ..., xprecision_64bit_original_type: _Optional[str] = ...) -> None: ...
+
+class DebugAttributesProto(_message.Message):
+    __slots__ = ("log_mode", "callback_id", "op_id", "partitioned", "operands_sharding", "x64_config")
+    class DebugLogModeProto(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        NONE: _ClassVar[DebugAttributesProto.DebugLogModeProto]
+        DEFAULT: _ClassVar[DebugAttributesProto.DebugLogModeProto]
+        FUSION_DEBUGGER: _ClassVar[DebugAttributesProto.DebugLogModeProto]
+        NO_FUSION: _ClassVar[DebugAttributesProto.DebugLogModeProto]
+        GUARANTEED: _ClassVar[DebugAttributesProto.DebugLogModeProto]
+    NONE: DebugAttributesProto.DebugLogModeProto
+    DEFAULT: DebugAttributesProto.DebugLogModeProto
+    FUSION_DEBUGGER: DebugAttributesProto.DebugLogModeProto
+    NO_FUSION: DebugAttributesProto.DebugLogModeProto
+    GUARANTEED: DebugAttributesProto.DebugLogModeProto
+    LOG_MODE_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_ID_FIELD_NUMBER: _ClassVar[int]
+    OP_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONED_FIELD_NUMBER: _ClassVar[int]
+    OPERANDS_SHARDING_FIELD_NUMBER: _ClassVar[int]
+    X64_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    log_mode: DebugAttributesProto.DebugLogModeProto
+    callback_id: int
+    op_id: int
+    partitioned: bool
+    operands_sharding: str
+    x64_config: X64ConfigProto
+    def __init__(self, log_mode: _Optional[_Union[DebugAttributesProto.DebugLogModeProto, str]] = ..., callback_id: _Optional[int] = ..., op_id: _Optional[int] = ..., partitioned: _Optional[bool] = ..., operands_sharding: _Optional[str] = ..., x64_config: _Optional[_Union[X64ConfigProto, _Mapping]] = ...) -> None: ...
+
+class DebugAttributeTableEntryProto(_message.Message):
+    __slots__ = ("original_array", "debug_attributes")
+    ORIGINAL_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    original_array: _xla_data_pb2.OriginalArrayProto
+    debug_attributes: _containers.RepeatedCompositeFieldContainer[DebugAttributesProto]
+    def __init__(self, original_array: _Optional[_Union[_xla_data_pb2.OriginalArrayProto, _Mapping]] = ..., debug_attributes: _Optional[_Iterable[_Union[DebugAttributesProto, _Mapping]]] = ...) -> None: ...
 
 class LogicalBufferProto(_message.Message):
     __slots__ = ("id", "size", "defined_at", "color")

@@ -584,21 +584,53 @@ class ConvolutionDimensionNumbers(_message.Message):
 class SparsityConfig(_message.Message):
     __slots__ = ("lhs", "rhs")
     class TensorSparsityConfig(_message.Message):
-        __slots__ = ("num_non_zero", "block_size", "dimension", "stride")
+        __slots__ = ("num_non_zero", "block_size", "dimension", "stride", "idx")
         NUM_NON_ZERO_FIELD_NUMBER: _ClassVar[int]
         BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
         DIMENSION_FIELD_NUMBER: _ClassVar[int]
         STRIDE_FIELD_NUMBER: _ClassVar[int]
+        IDX_FIELD_NUMBER: _ClassVar[int]
         num_non_zero: int
         block_size: int
         dimension: int
         stride: int
-        def __init__(self, num_non_zero: _Optional[int] = ..., block_size: _Optional[int] = ..., dimension: _Optional[int] = ..., stride: _Optional[int] = ...) -> None: ...
+        idx: int
+        def __init__(self, num_non_zero: _Optional[int] = ..., block_size: _Optional[int] = ..., dimension: _Optional[int] = ..., stride: _Optional[int] = ..., idx: _Optional[int] = ...) -> None: ...
     LHS_FIELD_NUMBER: _ClassVar[int]
     RHS_FIELD_NUMBER: _ClassVar[int]
     lhs: SparsityConfig.TensorSparsityConfig
     rhs: SparsityConfig.TensorSparsityConfig
     def __init__(self, lhs: _Optional[_Union[SparsityConfig.TensorSparsityConfig, _Mapping]] = ..., rhs: _Optional[_Union[SparsityConfig.TensorSparsityConfig, _Mapping]] = ...) -> None: ...
+
+class BlockScalingConfig(_message.Message):
+    __slots__ = ("lhs", "rhs")
+    class TensorBlockScalingConfig(_message.Message):
+        __slots__ = ("scale_idx", "zero_idx", "strides", "steps")
+        SCALE_IDX_FIELD_NUMBER: _ClassVar[int]
+        ZERO_IDX_FIELD_NUMBER: _ClassVar[int]
+        STRIDES_FIELD_NUMBER: _ClassVar[int]
+        STEPS_FIELD_NUMBER: _ClassVar[int]
+        scale_idx: int
+        zero_idx: int
+        strides: _containers.RepeatedScalarFieldContainer[int]
+        steps: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, scale_idx: _Optional[int] = ..., zero_idx: _Optional[int] = ..., strides: _Optional[_Iterable[int]] = ..., steps: _Optional[_Iterable[int]] = ...) -> None: ...
+    LHS_FIELD_NUMBER: _ClassVar[int]
+    RHS_FIELD_NUMBER: _ClassVar[int]
+    lhs: BlockScalingConfig.TensorBlockScalingConfig
+    rhs: BlockScalingConfig.TensorBlockScalingConfig
+    def __init__(self, lhs: _Optional[_Union[BlockScalingConfig.TensorBlockScalingConfig, _Mapping]] = ..., rhs: _Optional[_Union[BlockScalingConfig.TensorBlockScalingConfig, _Mapping]] = ...) -> None: ...
+
+class ShuffleMode(_message.Message):
+    __slots__ = ("rotate",)
+    class Rotate(_message.Message):
+        __slots__ = ("shifts",)
+        SHIFTS_FIELD_NUMBER: _ClassVar[int]
+        shifts: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, shifts: _Optional[_Iterable[int]] = ...) -> None: ...
+    ROTATE_FIELD_NUMBER: _ClassVar[int]
+    rotate: ShuffleMode.Rotate
+    def __init__(self, rotate: _Optional[_Union[ShuffleMode.Rotate, _Mapping]] = ...) -> None: ...
 
 class DotDimensionNumbers(_message.Message):
     __slots__ = ("lhs_contracting_dimensions", "rhs_contracting_dimensions", "lhs_batch_dimensions", "rhs_batch_dimensions")
@@ -759,7 +791,15 @@ class AxisRefProto(_message.Message):
     def __init__(self, mesh_axis_index: _Optional[int] = ..., sub_axis_info: _Optional[_Union[AxisRefProto.SubAxis, _Mapping]] = ...) -> None: ...
 
 class NamedShardingProto(_message.Message):
-    __slots__ = ("tuple_shardings", "mesh", "dim_shardings", "replicated_axes", "unreduced_axes", "metadata", "manual_axes")
+    __slots__ = ("tuple_shardings", "mesh", "dim_shardings", "replicated_axes", "unreduced_axes", "metadata", "manual_axes", "reduction_op")
+    class ReductionOpProto(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SUM: _ClassVar[NamedShardingProto.ReductionOpProto]
+        MAX: _ClassVar[NamedShardingProto.ReductionOpProto]
+        MIN: _ClassVar[NamedShardingProto.ReductionOpProto]
+    SUM: NamedShardingProto.ReductionOpProto
+    MAX: NamedShardingProto.ReductionOpProto
+    MIN: NamedShardingProto.ReductionOpProto
     class DimensionSharding(_message.Message):
         __slots__ = ("axes", "is_closed")
         AXES_FIELD_NUMBER: _ClassVar[int]
@@ -774,6 +814,7 @@ class NamedShardingProto(_message.Message):
     UNREDUCED_AXES_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MANUAL_AXES_FIELD_NUMBER: _ClassVar[int]
+    REDUCTION_OP_FIELD_NUMBER: _ClassVar[int]
     tuple_shardings: _containers.RepeatedCompositeFieldContainer[NamedShardingProto]
     mesh: MeshProto
     dim_shardings: _containers.RepeatedCompositeFieldContainer[NamedShardingProto.DimensionSharding]
@@ -781,7 +822,8 @@ class NamedShardingProto(_message.Message):
     unreduced_axes: _containers.RepeatedCompositeFieldContainer[AxisRefProto]
     metadata: _containers.RepeatedCompositeFieldContainer[OpMetadata]
     manual_axes: _containers.RepeatedCompositeFieldContainer[AxisRefProto]
-    def __init__(self, tuple_shardings: _Optional[_Iterable[_Union[NamedShardingProto, _Mapping]]] = ..., mesh: _Optional[_Union[MeshProto, _Mapping]] = ..., dim_shardings: _Optional[_Iterable[_Union[NamedShardingProto.DimensionSharding, _Mapping]]] = ..., replicated_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ..., unreduced_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ..., metadata: _Optional[_Iterable[_Union[OpMetadata, _Mapping]]] = ..., manual_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ...) -> None: ...
+    reduction_op: NamedShardingProto.ReductionOpProto
+    def __init__(self, tuple_shardings: _Optional[_Iterable[_Union[NamedShardingProto, _Mapping]]] = ..., mesh: _Optional[_Union[MeshProto, _Mapping]] = ..., dim_shardings: _Optional[_Iterable[_Union[NamedShardingProto.DimensionSharding, _Mapping]]] = ..., replicated_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ..., unreduced_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ..., metadata: _Optional[_Iterable[_Union[OpMetadata, _Mapping]]] = ..., manual_axes: _Optional[_Iterable[_Union[AxisRefProto, _Mapping]]] = ..., reduction_op: _Optional[_Union[NamedShardingProto.ReductionOpProto, str]] = ...) -> None: ...
 
 class OpSharding(_message.Message):
     __slots__ = ("type", "tile_shape", "tile_assignment_dimensions", "tile_assignment_devices", "tuple_shardings", "replicate_on_last_tile_dim", "metadata", "last_tile_dims", "iota_reshape_dims", "iota_transpose_perm", "is_shard_group", "shard_group_id", "shard_group_type", "named_sharding")
@@ -928,6 +970,8 @@ class PrecisionConfig(_message.Message):
         ALG_DOT_F32_F32_F32: _ClassVar[PrecisionConfig.Algorithm]
         ALG_DOT_F64_F64_F64: _ClassVar[PrecisionConfig.Algorithm]
         ALG_DOT_BF16_BF16_F32_X9: _ClassVar[PrecisionConfig.Algorithm]
+        ALG_DOT_BF16_BF16_FP8X3: _ClassVar[PrecisionConfig.Algorithm]
+        ALG_DOT_BF16_BF16_FP8X4: _ClassVar[PrecisionConfig.Algorithm]
     ALG_UNSET: PrecisionConfig.Algorithm
     ALG_DOT_ANY_F8_ANY_F8_F32: PrecisionConfig.Algorithm
     ALG_DOT_ANY_F8_ANY_F8_F32_FAST_ACCUM: PrecisionConfig.Algorithm
@@ -942,6 +986,8 @@ class PrecisionConfig(_message.Message):
     ALG_DOT_F32_F32_F32: PrecisionConfig.Algorithm
     ALG_DOT_F64_F64_F64: PrecisionConfig.Algorithm
     ALG_DOT_BF16_BF16_F32_X9: PrecisionConfig.Algorithm
+    ALG_DOT_BF16_BF16_FP8X3: PrecisionConfig.Algorithm
+    ALG_DOT_BF16_BF16_FP8X4: PrecisionConfig.Algorithm
     OPERAND_PRECISION_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     operand_precision: _containers.RepeatedScalarFieldContainer[PrecisionConfig.Precision]
@@ -1021,12 +1067,14 @@ class OriginalValueElementProto(_message.Message):
     def __init__(self, shape_index: _Optional[_Iterable[int]] = ..., original_array: _Optional[_Union[OriginalArrayProto, _Mapping]] = ...) -> None: ...
 
 class OriginalValueProto(_message.Message):
-    __slots__ = ("elements", "is_synthetic_call")
+    __slots__ = ("elements", "is_synthetic_call", "call_hierarchy")
     ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     IS_SYNTHETIC_CALL_FIELD_NUMBER: _ClassVar[int]
+    CALL_HIERARCHY_FIELD_NUMBER: _ClassVar[int]
     elements: _containers.RepeatedCompositeFieldContainer[OriginalValueElementProto]
     is_synthetic_call: bool
-    def __init__(self, elements: _Optional[_Iterable[_Union[OriginalValueElementProto, _Mapping]]] = ..., is_synthetic_call: _Optional[bool] = ...) -> None: ...
+    call_hierarchy: str
+    def __init__(self, elements: _Optional[_Iterable[_Union[OriginalValueElementProto, _Mapping]]] = ..., is_synthetic_call: _Optional[bool] = ..., call_hierarchy: _Optional[str] = ...) -> None: ...
 
 class GemmPerfTableEntry(_message.Message):
     __slots__ = ("b", "m", "n", "k", "flops")

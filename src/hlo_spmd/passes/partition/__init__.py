@@ -1,6 +1,8 @@
 """The SPMD partitioner (GSPMD section 4): one per-device program with collectives."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
@@ -61,9 +63,16 @@ def debug_verify(module: Module, after: str) -> None:
 
 
 def prepare(module: Module, num_partitions: int | None = None, *,
-            complete: bool = False) -> int:
+            complete: bool = False,
+            propagate_to_output: bool | Sequence[bool] | None = None,
+            propagate_to_parameters: bool | Sequence[bool] | None = None) -> int:
     """What :func:`partition` does before partitioning, in place: inline calls, normalize
-    annotations and complete the shardings (unless ``complete``). Returns the device count."""
+    annotations and complete the shardings (unless ``complete``). Returns the device count.
+
+    ``propagate_to_output`` / ``propagate_to_parameters``: let completion choose the
+    shardings of the outputs / entry parameters (XLA's
+    ``allow_spmd_sharding_propagation_to_*``: a bool, or one per output / parameter);
+    None takes the module's own setting (its HLO text header), else False."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.passes.inline_calls import inline_calls
 
@@ -75,30 +84,50 @@ def prepare(module: Module, num_partitions: int | None = None, *,
     if not complete:
         from hlo_spmd.passes.propagation import propagate
 
+        config = module.config if isinstance(module.config, dict) else {}
+        if propagate_to_output is None:
+            propagate_to_output = config.get("allow_spmd_sharding_propagation_to_output", False)
+        if propagate_to_parameters is None:
+            propagate_to_parameters = config.get(
+                "allow_spmd_sharding_propagation_to_parameters", False)
         # The report just made: nothing changed the module since (saves a second
         # normalization pass inside propagate).
-        propagate(module, annotations=annotations)
+        propagate(module, annotations=annotations,
+                  propagate_to_output=propagate_to_output,
+                  propagate_to_parameters=propagate_to_parameters)
         debug_verify(module, "sharding completion")
     return n
 
 
 def interface_shardings(module: Module, num_partitions: int | None = None, *,
-                        complete: bool = False) -> tuple[list[HloSharding], HloSharding]:
+                        complete: bool = False,
+                        propagate_to_output: bool | Sequence[bool] | None = None,
+                        propagate_to_parameters: bool | Sequence[bool] | None = None
+                        ) -> tuple[list[HloSharding], HloSharding]:
     """The global shardings :func:`partition` records for ``module``'s entry parameters
     (``spmd_parameters_shardings``) and result (``spmd_output_sharding``), without
     partitioning: for a partitioned module that does not carry them (HLO text has no
     syntax for them). Completes ``module`` in place, as :func:`partition` would."""
-    prepare(module, num_partitions, complete=complete)
+    prepare(module, num_partitions, complete=complete,
+            propagate_to_output=propagate_to_output,
+            propagate_to_parameters=propagate_to_parameters)
     return entry_interface(module)
 
 
 def partition(module: Module, num_partitions: int | None = None, *,
               complete: bool = False, verify: bool = True,
-              options: PartitionOptions | None = None) -> PartitionedModule:
+              options: PartitionOptions | None = None,
+              propagate_to_output: bool | Sequence[bool] | None = None,
+              propagate_to_parameters: bool | Sequence[bool] | None = None
+              ) -> PartitionedModule:
     """Complete the shardings (unless ``complete``) and partition ``module`` in place (the
     pass pipeline; ``hlo_spmd.partition`` is the API over it, which loads or copies its
-    input and builds the report)."""
-    n = prepare(module, num_partitions, complete=complete)
+    input and builds the report). The shardings completion chooses for the outputs /
+    parameters (see :func:`prepare`) are the output's interface (``spmd_output_sharding``
+    / ``spmd_parameters_shardings``)."""
+    n = prepare(module, num_partitions, complete=complete,
+                propagate_to_output=propagate_to_output,
+                propagate_to_parameters=propagate_to_parameters)
     out, report = partition_module(module, n, options)
     if verify:
         from hlo_spmd.ir.verifier import verify_module

@@ -33,6 +33,7 @@ Usage::
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.propagation.engine import Propagator
@@ -73,8 +74,10 @@ class PropagationResult(Record):
         return explain_chain(self, name)
 
 
-def propagate(module: Module, *, propagate_to_parameters: bool = False,
-              propagate_to_output: bool = False, annotations=None) -> PropagationResult:
+def propagate(module: Module, *,
+              propagate_to_parameters: bool | Sequence[bool] = False,
+              propagate_to_output: bool | Sequence[bool] = False,
+              annotations=None) -> PropagationResult:
     """Complete the sharding of every instruction of ``module`` in place.
 
     ``annotations``: the ``AnnotationReport`` of ``normalize_annotations`` if the caller
@@ -82,7 +85,9 @@ def propagate(module: Module, *, propagate_to_parameters: bool = False,
     ``inst.sharding``).  ``propagate_to_parameters`` / ``propagate_to_output`` let
     propagation change (only refine) entry parameter / root shardings, as XLA's
     ``allow_spmd_sharding_propagation_to_{parameters,output}``; uneven results are
-    then replicated.  Deterministic: the same module always gets the same shardings.
+    then replicated. Each is one bool, or XLA's list: one bool per entry parameter /
+    per output (root tuple element), or a single one for all; an output not allowed
+    keeps the sharding it was given (replicated when none).  Deterministic: the same module always gets the same shardings.
     """
     start = time.perf_counter()
     if annotations is None:

@@ -12,10 +12,10 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from hlo_spmd.annotations import parse_unspecified_dims
-from hlo_spmd.errors import HloSpmdError
+from hlo_spmd.errors import HloSpmdError, ShardingError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.propagation import backward as bw
@@ -56,12 +56,24 @@ class Propagator:
     """State of one propagation run over a module (shardings live on the instructions)."""
 
     def __init__(self, module: Module, graph: Graph, recorder: prov.Recorder, *,
-                 to_output: bool, to_params: bool, annotations=None) -> None:
+                 to_output: bool | Sequence[bool], to_params: bool | Sequence[bool],
+                 annotations=None) -> None:
         self.module = module
         self.graph = graph
         self.rec = recorder
-        self.to_output = to_output
-        self.to_params = to_params
+        entry = module.entry
+        root = graph.entry_root
+        # XLA's allow_spmd_sharding_propagation_to_{output,parameters}: one flag for all,
+        # or one per output (root tuple element) / entry parameter.
+        n_out = len(root.shape.tuple_shapes) if root is not None and root.shape.is_tuple \
+            else 1
+        self.output_allowed = per_item_flags(to_output, n_out, "output")
+        params = entry.parameters if entry is not None else []
+        allowed = per_item_flags(to_params, len(params), "parameter")
+        self.params_allowed = {id(p) for p, ok in zip(params, allowed) if ok}
+        self.to_output = any(self.output_allowed)
+        self.to_params = bool(self.params_allowed)
+        self._root_given: HloSharding | None = None
         # Open dims the annotation report knows (Shardy attributes), by instruction name.
         self.report_open_dims: dict[str, tuple[int, ...]] = {
             r.name: tuple(r.unspecified_dims)
@@ -261,7 +273,8 @@ class Propagator:
         if op in SPATIAL_OPCODES:
             return True
         if op == "parameter":
-            return to_params or self.graph.owner(inst) is not None
+            return (to_params and id(inst) in self.params_allowed) or \
+                self.graph.owner(inst) is not None
         if inst.opcode == "custom-call":
             return g.is_passthrough_custom_call(inst)
         return False
@@ -499,11 +512,15 @@ class Propagator:
             if (s is not None and inst is not root and inst.opcode != "parameter"
                     and not s.is_unknown):
                 self.provided.add(id(inst))
+        if root is not None:
+            self._root_given = root.sharding
         if root is not None and not self.to_output and (root.sharding is None
                                                          or not root.sharding.is_unknown):
             self.provided.add(id(root))
-        if not self.to_params and entry is not None:
+        if entry is not None:
             for param in entry.parameters:
+                if id(param) in self.params_allowed:
+                    continue
                 if param.sharding is not None and not param.sharding.is_unknown:
                     self.provided.add(id(param))
         for inst in self.graph.instructions():
@@ -802,9 +819,11 @@ class Propagator:
         entry = self.module.entry
         if self.to_output and root is not None and root.sharding is not None:
             self._replicate_uneven(root, "output")
+            if not all(self.output_allowed):
+                self._restore_outputs(root)
         if self.to_params and entry is not None:
             for param in entry.parameters:
-                if param.sharding is not None:
+                if param.sharding is not None and id(param) in self.params_allowed:
                     self._replicate_uneven(param, "parameter")
         for inst in self.graph.instructions():
             if inst.sharding is not None:
@@ -816,6 +835,24 @@ class Propagator:
             default = ops.single_tuple(inst.shape, HloSharding.replicate())
             inst.sharding = default
             self.rec.accept(inst.name, default, "default.replicated", "default", ())
+
+    def _restore_outputs(self, root: Instruction) -> None:
+        """Outputs propagation was not allowed to choose keep what they were given
+        (replicated when nothing was), as XLA restores them after propagation."""
+        given = self._root_given
+        if given is not None and given.is_unknown:
+            given = None
+        leaves = root.shape.tuple_shapes
+        now = root.sharding.tuple_elements if root.sharding.is_tuple else \
+            (root.sharding,) * len(leaves)
+        before = (given.tuple_elements if given is not None and given.is_tuple
+                  else (given,) * len(leaves))
+        new = [e if ok else (b if b is not None and not b.is_unknown
+                             else HloSharding.replicate())
+               for e, b, ok in zip(now, before, self.output_allowed)]
+        fixed = HloSharding.tuple(new)
+        if fixed != root.sharding:
+            self.set(root, fixed, "output.not_allowed", (), direction="default")
 
     def _replicate_uneven(self, inst: Instruction, what: str) -> None:
         s = inst.sharding
@@ -829,6 +866,20 @@ class Propagator:
             fixed = s if ops.evenly_partitions(inst.shape, s) else HloSharding.replicate()
         if fixed != s:
             self.set(inst, fixed, f"{what}.replicate_uneven", (), direction="default")
+
+
+def per_item_flags(flags: bool | Sequence[bool], n: int, what: str) -> tuple[bool, ...]:
+    """``flags`` (one bool, or a list of one per item or a single one for all, XLA's
+    convention) as one bool per item."""
+    if isinstance(flags, bool):
+        return (flags,) * n
+    flags = tuple(bool(f) for f in flags)
+    if len(flags) == 1:
+        return flags * n
+    if len(flags) != n:
+        raise ShardingError(f"propagation to {what}s: {len(flags)} flags given but the "
+                           f"module has {n} {what}s")
+    return flags
 
 
 def _while_parts(inst: Instruction):

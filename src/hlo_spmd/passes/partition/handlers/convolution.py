@@ -57,6 +57,10 @@ S32 = PrimitiveType.S32
 
 @handles("convolution")
 def handle_convolution(ctx: PartitionContext, inst: Instruction) -> PValue:
+    if len(inst.operands) != 2:  # block-scaled (scale operands): whole-value fallback
+        from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+
+        return handle_replicated(ctx, inst)
     dims = DotDims.of(inst)
     lhs, rhs = ctx.value(inst.operands[0]), ctx.value(inst.operands[1])
     target = ctx.sharding_of(inst)
