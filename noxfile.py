@@ -1,8 +1,8 @@
 """The test matrix for developers and CI matrices: `make test-matrix` (or `nox`).
 
-* ``tests-3.11`` / ``tests-3.12`` / ``tests-3.13``: install '.[dev,xla]' (jax/jaxlib
+* ``tests-3.11`` / ``tests-3.12`` / ``tests-3.13``: install '.[dev,xla,search]' (jax/jaxlib
   0.10.2, the pinned runtime) into a fresh virtualenv of that Python and run the suite.
-* ``xla_new``: Python 3.12 with '.[dev,xla-new]' (the newest jax/jaxlib, 0.12): the
+* ``xla_new``: Python 3.12 with '.[dev,xla-new,search]' (the newest jax/jaxlib, 0.12): the
   tests that run partitioned programs on that runtime and read its modules. (Golden
   comparisons with jaxlib's own HLO text / proto defaults are written for 0.10.2.)
 
@@ -38,13 +38,13 @@ DIFFERENTIAL = [
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The whole suite (as `make test`) on one Python version."""
-    session.install("-e", ".[dev,xla]")
+    session.install("-e", ".[dev,xla,search]")
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python="3.12")
 def xla_new(session: nox.Session) -> None:
     """The differential tests against the newest jax/jaxlib (extra 'xla-new')."""
-    session.install("-e", ".[dev,xla-new]")
+    session.install("-e", ".[dev,xla-new,search]")
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 *(session.posargs or DIFFERENTIAL))

@@ -563,16 +563,18 @@ def batch_norm(p: "Propagator", inst: Instruction) -> bool:
     changed = False
     for op in sources:
         s = op.sharding
-        if not sp(s) or s.is_manual or s.is_tuple:
+        if not is_spatially_partitioned(s) or s.is_manual or s.is_tuple:
             continue
         if not inst.shape.is_tuple:
-            changed |= p.improve(inst, s, "batch_norm.forward", (op,), _nru1(p, inst))
+            changed |= p.improve(inst, s, "batch_norm.forward", (op,),
+                                 _one_non_root_user(p, inst))
             continue
         red = [d for d in range(op.shape.rank) if d != int(inst.attrs.feature_index)]
         after = partial_replicate(s, red)
         feat = after if after.is_replicated else ops.remove_shape_dims(after, red)
         cand = HloSharding.tuple([s, feat, feat])
-        changed |= p.improve(inst, cand, "batch_norm.forward", (op,), _nru1(p, inst))
+        changed |= p.improve(inst, cand, "batch_norm.forward", (op,),
+                             _one_non_root_user(p, inst))
     return changed
 
 
