@@ -167,4 +167,4 @@ def test_cli_search_impossible_budget_and_bad_size(tmp_path):
     assert not os.path.exists(out)
     r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "lots",
               "-o", str(out), "-q"])
-    assert r.exit_code == 2 and "is not a size" in r.output and not os.path.exists(out)
+    assert r.exit_code == 2 and "bad size" in r.output and not os.path.exists(out)
