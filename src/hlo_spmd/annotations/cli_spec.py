@@ -322,13 +322,7 @@ def _propagation_flags(text: str, count: int, what: str, option: str) -> tuple[b
     if low == ["none"]:
         return (False,) * count
     if low and all(w in ("true", "false") for w in low):
-        flags = tuple(w == "true" for w in low)
-        if len(flags) == 1:
-            return flags * count
-        if len(flags) != count:
-            raise ShardingError(f"{option} {text!r}: {len(flags)} flags but the "
-                                f"module has {count} {what}s")
-        return flags
+        return per_item_flags([w == "true" for w in low], count, what, f"{option} {text!r}")
     if low and all(w.isdigit() for w in low):
         chosen = {int(w) for w in low}
         bad = sorted(k for k in chosen if k >= count)
@@ -338,6 +332,22 @@ def _propagation_flags(text: str, count: int, what: str, option: str) -> tuple[b
         return tuple(k in chosen for k in range(count))
     raise ShardingError(f"{option} {text!r}: expected all, none, indices like "
                         "0,2 or booleans like true,false")
+
+
+def per_item_flags(flags: bool | Sequence[bool], n: int, what: str,
+                   source: str | None = None) -> tuple[bool, ...]:
+    """``flags`` (one bool, or a list of one per item or a single one for all, XLA's
+    convention for ``allow_spmd_sharding_propagation_to_*``) as one bool per item;
+    ``source`` names where the list came from in the error."""
+    if isinstance(flags, bool):
+        return (flags,) * n
+    flags = tuple(bool(f) for f in flags)
+    if len(flags) == 1:
+        return flags * n
+    if len(flags) != n:
+        raise ShardingError(f"{source or f'propagation to {what}s'}: {len(flags)} flags "
+                            f"given but the module has {n} {what}s")
+    return flags
 
 
 def propagation_counts(module: "Module") -> tuple[int, int]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from hlo_spmd.annotations import parse_unspecified_dims
-from hlo_spmd.errors import HloSpmdError, ShardingError
+from hlo_spmd.annotations.cli_spec import per_item_flags
+from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.propagation import backward as bw
@@ -866,20 +867,6 @@ class Propagator:
             fixed = s if ops.evenly_partitions(inst.shape, s) else HloSharding.replicate()
         if fixed != s:
             self.set(inst, fixed, f"{what}.replicate_uneven", (), direction="default")
-
-
-def per_item_flags(flags: bool | Sequence[bool], n: int, what: str) -> tuple[bool, ...]:
-    """``flags`` (one bool, or a list of one per item or a single one for all, XLA's
-    convention) as one bool per item."""
-    if isinstance(flags, bool):
-        return (flags,) * n
-    flags = tuple(bool(f) for f in flags)
-    if len(flags) == 1:
-        return flags * n
-    if len(flags) != n:
-        raise ShardingError(f"propagation to {what}s: {len(flags)} flags given but the "
-                           f"module has {n} {what}s")
-    return flags
 
 
 def _while_parts(inst: Instruction):
