@@ -573,69 +573,67 @@ def _h_mode(p: "_Parser", x: _Inst) -> None:
     p.c.ident("collective op group mode")  # parsed and ignored, as XLA does
 
 
-def _h_sparsity_config(p: "_Parser", x: _Inst) -> None:
-    """``{lhs={sparsity=1x2 dimension=3 stride=1} rhs={...}}``: space-separated sides, each
-    a space-separated ``key=value`` list (any order, a repeated key wins)."""
-    c = p.c
-    c.expect("{", "expects '{' to start sparsity config")
-    cfg = x.attrs.sparsity_config
+def _sided_config(c, cfg, what: str, read_key) -> None:
+    """``{lhs={k=v ...} rhs={...}}``, the form of the per-operand configs of dot and
+    convolution: space-separated sides, each a space-separated ``key=value`` list (any
+    order, a repeated key wins). ``read_key(tensor, key, pos)`` reads one value."""
+    c.expect("{", f"expects '{{' to start {what}")
     cfg.SetInParent()
     while not c.eat("}"):
         pos = c.skip_ws()
         side = c.attr_name()
         if side not in ("lhs", "rhs"):
-            raise c.error("expects lhs= or rhs= in sparsity config", pos)
+            raise c.error(f"expects lhs= or rhs= in {what}", pos)
         tensor = getattr(cfg, side)
         tensor.SetInParent()
-        c.expect("{", "expects '{' to start a sparsity side")
+        c.expect("{", f"expects '{{' to start a {what.removesuffix(' config')} side")
         while not c.eat("}"):
             pos = c.skip_ws()
-            key = c.attr_name()
-            if key == "sparsity":
-                vpos = c.skip_ws()
-                m = c.match(_N_X_M)
-                if m is None:
-                    raise c.error("expects sparsity like 1x2", vpos)
-                tensor.num_non_zero, tensor.block_size = int(m.group(1)), int(m.group(2))
-            elif key in ("dimension", "stride", "idx"):
-                setattr(tensor, key, c.int(key))
-            else:
-                raise c.error("expects sparsity, dimension, stride or idx in sparsity config",
-                              pos)
+            read_key(tensor, c.attr_name(), pos)
+
+
+def _h_sparsity_config(p: "_Parser", x: _Inst) -> None:
+    """``{lhs={sparsity=1x2 dimension=3 stride=1} rhs={...}}``."""
+    c = p.c
+
+    def read_key(tensor, key: str, pos: int) -> None:
+        if key == "sparsity":
+            vpos = c.skip_ws()
+            m = c.match(_N_X_M)
+            if m is None:
+                raise c.error("expects sparsity like 1x2", vpos)
+            tensor.num_non_zero, tensor.block_size = int(m.group(1)), int(m.group(2))
+        elif key in ("dimension", "stride", "idx"):
+            setattr(tensor, key, c.int(key))
+        else:
+            raise c.error("expects sparsity, dimension, stride or idx in sparsity config",
+                          pos)
+
+    _sided_config(c, x.attrs.sparsity_config, "sparsity config", read_key)
 
 
 def _h_block_scaling_config(p: "_Parser", x: _Inst) -> None:
     """``{lhs={scale_idx=2 zero_idx=3 strides=1x32 steps=1x1} rhs={...}}`` (newer XLA)."""
     c = p.c
-    c.expect("{", "expects '{' to start block scaling config")
-    cfg = x.attrs.block_scaling_config
-    cfg.SetInParent()
-    while not c.eat("}"):
-        pos = c.skip_ws()
-        side = c.attr_name()
-        if side not in ("lhs", "rhs"):
-            raise c.error("expects lhs= or rhs= in block scaling config", pos)
-        tensor = getattr(cfg, side)
-        tensor.SetInParent()
-        c.expect("{", "expects '{' to start a block scaling side")
-        while not c.eat("}"):
-            pos = c.skip_ws()
-            key = c.attr_name()
-            if key in ("scale_idx", "zero_idx"):
-                vpos = c.skip_ws()
-                v = c.int(key)
-                if not -2 ** 31 <= v < 2 ** 31:
-                    raise c.error("value out of range for int32_t", vpos)
-                setattr(tensor, key, v)
-            elif key in ("strides", "steps"):
-                vpos = c.skip_ws()
-                m = c.match(_DIMS_X)
-                if m is None:
-                    raise c.error(f"expects {key} like 1x32", vpos)
-                getattr(tensor, key).extend(int(v) for v in m.group(0).split("x"))
-            else:
-                raise c.error("expects scale_idx, zero_idx, strides or steps in block scaling "
-                              "config", pos)
+
+    def read_key(tensor, key: str, pos: int) -> None:
+        if key in ("scale_idx", "zero_idx"):
+            vpos = c.skip_ws()
+            v = c.int(key)
+            if not -2 ** 31 <= v < 2 ** 31:
+                raise c.error("value out of range for int32_t", vpos)
+            setattr(tensor, key, v)
+        elif key in ("strides", "steps"):
+            vpos = c.skip_ws()
+            m = c.match(_DIMS_X)
+            if m is None:
+                raise c.error(f"expects {key} like 1x32", vpos)
+            getattr(tensor, key).extend(int(v) for v in m.group(0).split("x"))
+        else:
+            raise c.error("expects scale_idx, zero_idx, strides or steps in block scaling "
+                          "config", pos)
+
+    _sided_config(c, x.attrs.block_scaling_config, "block scaling config", read_key)
 
 
 _DIMS_X = _re.compile(r"[0-9]+(?:x[0-9]+)*")
