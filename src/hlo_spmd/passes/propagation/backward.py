@@ -1,13 +1,15 @@
 """Backward rules: the sharding a user implies for one of its operands
 (XLA's ShardingPropagation::GetShardingFromUser).
 
-``BACKWARD_RULES`` maps the *user's* opcode to a function returning the operand's
-candidate sharding (or None); users without a rule pass their sharding through when
-the shapes match (``same_shape_rule``), which covers every elementwise op.
+``BACKWARD_RULES`` maps the *user's* opcode to a ``BackwardRule``: a function returning
+the operand's candidate sharding (or None) and what that function reads, which the fix
+point's skip memo and dirty set take as the inference's read set (``unchanged``,
+``dirty``).  Users without a rule pass their sharding through when the shapes match
+(``SAME_SHAPE``), which covers every elementwise op.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation import gather_scatter as gs
@@ -24,6 +26,28 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 BackRule = Callable[["Propagator", Instruction, Instruction], "HloSharding | None"]
+
+
+class BackwardRule(NamedTuple):
+    """A user's backward rule and its read set: besides the operand's own sharding and
+    the user's, ``reads_operands``: the user's other operands' shardings too;
+    ``from_nothing``: it gives its operand a sharding even when nothing around is
+    sharded; ``level_classes``: where the rule reads the level as a number, the levels
+    below it each answer differently and the levels from it on all alike."""
+    operand_of: BackRule
+    reads_operands: bool = False
+    from_nothing: bool = False
+    level_classes: int = 1
+
+
+class UserRule(NamedTuple):
+    """What ``operand_from_user`` needs to know of a user that does not change while
+    shardings move (``user_rule``)."""
+    min_level: int          # the level it propagates from (``level_of``)
+    operand_of: BackRule
+    name: str               # provenance name of the rule
+    blocked: bool           # a Shardy barrier blocks the backward direction
+    declared: BackwardRule
 
 
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
@@ -54,7 +78,7 @@ ALWAYS_PASS_THROUGH = frozenset({
 def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
                       level: int, facts: tuple | None = None) -> HloSharding | None:
     """GetShardingFromUser (``facts``: ``p.user_rule(user)`` if the caller has it)."""
-    min_level, rule, _, blocked = facts or p.user_rule(user)
+    min_level, rule, _, blocked, _declared = facts or p.user_rule(user)
     if min_level and not p.at_least(min_level, level):
         return None
     if not is_spatially_partitioned(user.sharding):
@@ -65,10 +89,8 @@ def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
 
 
 def user_rule(user: Instruction, op: str | None = None, elementwise: bool | None = None
-              ) -> tuple[int, BackRule, str, bool]:
-    """What ``operand_from_user`` needs to know of ``user`` that does not change while
-    shardings move: the level it propagates from, its rule and the rule's provenance
-    name, and whether a Shardy barrier blocks the backward direction.  ``op`` /
+              ) -> UserRule:
+    """What ``operand_from_user`` needs to know of ``user`` (``UserRule``).  ``op`` /
     ``elementwise``: ``g.opcode`` / ``g.is_elementwise`` of ``user`` if the caller has
     them (the graph reads them once per instruction)."""
     blocked = g.is_custom_call(user, g.SDY_BARRIER) and not g.barrier_allows(user, "backward")
@@ -76,13 +98,14 @@ def user_rule(user: Instruction, op: str | None = None, elementwise: bool | None
         op = g.opcode(user)
     if elementwise is None:
         elementwise = g.is_elementwise(user)
-    return (level_of(op, elementwise), BACKWARD_RULES.get(op, same_shape_rule),
-            _rule_name_of(op, elementwise), blocked)
+    declared = BACKWARD_RULES.get(op, SAME_SHAPE)
+    return UserRule(level_of(op, elementwise), declared.operand_of,
+                    _rule_name_of(op, elementwise), blocked, declared)
 
 
 def _rule_name_of(op: str, elementwise: bool) -> str:
     """Provenance name of the rule that maps a user's sharding to its operand."""
-    if op in BACKWARD_RULES:
+    if op in BACKWARD_RULES and BACKWARD_RULES[op].operand_of is not same_shape_rule:
         return f"{op}.backward"
     if elementwise:
         return "elementwise.backward"
@@ -355,28 +378,35 @@ def batch_norm(p: "Propagator", inst: Instruction, user: Instruction) -> HloShar
     return s
 
 
-BACKWARD_RULES: dict[str, BackRule] = {
-    "broadcast": broadcast,
-    "concatenate": concatenate,
-    "convolution": convolution,
-    "dynamic-slice": dynamic_slicing,
-    "dynamic-update-slice": dynamic_slicing,
-    "reduce-window": reduce_window,
-    "reshape": reshape,
-    "pad": pad,
-    "slice": slice_,
-    "transpose": transpose,
-    "tuple": tuple_,
-    "get-tuple-element": get_tuple_element,
-    "dot": dot,
-    "reduce": reduce,
-    "sort": sort,
-    "reverse": reverse,
-    "outfeed": outfeed,
-    "gather": gather,
-    "scatter": scatter,
-    "custom-call": custom_call,
-    "batch-norm-training": batch_norm,
-    "batch-norm-inference": batch_norm,
-    "batch-norm-grad": batch_norm,
+SAME_SHAPE = BackwardRule(same_shape_rule)
+
+# (``reads_operands``: dot, convolution, reduce, scatter and batch norm read the user's
+# other operands; ``level_classes``: broadcast's rules read the level as a number.)
+BACKWARD_RULES: dict[str, BackwardRule] = {
+    "broadcast": BackwardRule(broadcast, level_classes=2),
+    "concatenate": BackwardRule(concatenate),
+    "convolution": BackwardRule(convolution, reads_operands=True),
+    "dynamic-slice": BackwardRule(dynamic_slicing),
+    "dynamic-update-slice": BackwardRule(dynamic_slicing),
+    "reduce-window": BackwardRule(reduce_window),
+    "reshape": BackwardRule(reshape),
+    "pad": BackwardRule(pad),
+    "slice": BackwardRule(slice_),
+    "transpose": BackwardRule(transpose),
+    "tuple": BackwardRule(tuple_),
+    "get-tuple-element": BackwardRule(get_tuple_element),
+    "dot": BackwardRule(dot, reads_operands=True),
+    "reduce": BackwardRule(reduce, reads_operands=True),
+    "sort": BackwardRule(sort),
+    "reverse": BackwardRule(reverse),
+    "outfeed": BackwardRule(outfeed),
+    "gather": BackwardRule(gather),
+    "scatter": BackwardRule(scatter, reads_operands=True),
+    "custom-call": BackwardRule(custom_call),
+    "batch-norm-training": BackwardRule(batch_norm, reads_operands=True),
+    "batch-norm-inference": BackwardRule(batch_norm, reads_operands=True),
+    "batch-norm-grad": BackwardRule(batch_norm, reads_operands=True),
+    # The rng state is replicated whatever the user's sharding (the fix point's
+    # ``infer_from_users`` answers it before asking any rule).
+    "rng-bit-generator": BackwardRule(same_shape_rule, from_nothing=True),
 }

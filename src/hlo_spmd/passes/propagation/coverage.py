@@ -32,7 +32,7 @@ def forward_rule(opcode: str) -> str:
     if op in NO_OPERANDS:
         return "no operands: from users only"
     if op in FORWARD_RULES and op != "custom-call":
-        rule = FORWARD_RULES[op].__name__
+        rule = FORWARD_RULES[op].infer.__name__
         return rule + (" + computation sync" if op in ("while", "parameter") else "")
     if op in ELEMENTWISE_LIKE:
         return "elementwise (default_rule)"
@@ -48,7 +48,8 @@ def backward_rule(opcode: str) -> str:
     op = ALIASES.get(opcode, opcode)
     gate = "always" if op in ALWAYS_PASS_THROUGH or op in ELEMENTWISE_LIKE else (
         "level>=2" if op == "broadcast" else "level>=1")
-    name = BACKWARD_RULES[op].__name__ if op in BACKWARD_RULES else "same_shape_rule"
+    name = (BACKWARD_RULES[op].operand_of.__name__ if op in BACKWARD_RULES
+            else "same_shape_rule")
     return f"{name} ({gate})"
 
 

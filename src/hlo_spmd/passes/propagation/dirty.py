@@ -13,8 +13,8 @@ does not ask the memo about it; the walk, its order and its caches are XLA's, un
 The flags are a byte per walk position (``Flags``), so the fix point jumps from flagged
 instruction to flagged instruction (``Propagator.run_to_fix_point``).
 
-Always asked (never trusted unflagged): dot / convolution forward, whose lookahead
-chain is read per visit.  Everything is flagged at the start of a round (setup and
+Always asked (never trusted unflagged): forward rules declared ``lookahead`` (dot,
+convolution), whose lookahead chain is read per visit.  Everything is flagged at the start of a round (setup and
 Shardy priorities write shardings directly).
 
 ``HLO_SPMD_CHECK_SKIPS=1`` checks after every sweep that every unflagged inference would
@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.passes.propagation.unchanged import BW, FORWARD_LOOKAHEAD, FW
+from hlo_spmd.passes.propagation.unchanged import BW, FW, forward_rule_of
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
@@ -71,9 +71,9 @@ class DirtySet:
         self.p = p
         fpos, bpos = p.graph.walk_pos
         self.flagged: tuple[Flags, Flags] = (Flags(fpos), Flags(bpos))
-        # (dot and convolution: no custom-call or alias spelling maps to them)
+        graph = p.graph
         self.always: frozenset[int] = frozenset(
-            id(i) for i in p.graph.instructions() if i.opcode in FORWARD_LOOKAHEAD)
+            id(i) for i in graph.instructions() if forward_rule_of(graph, i).lookahead)
         self._pos = p.graph.walk_pos
         self._users_of = p.graph.users_of
         self._clear_targets = p.graph.clear_targets
@@ -115,9 +115,8 @@ class DirtySet:
         fpos, bpos = self._pos
         bw = [bpos[id(inst)]]
         user_facts = self.p.user_facts
-        known = self.p._user_facts.get   # (its memo, read first)
         for u in self._users_of(inst):
-            if (known(u) or user_facts(u))[1]:   # (its rule reads its operands)
+            if user_facts(u).reads_operands:
                 for o in u.operands:
                     bw.append(bpos[id(o)])
         own = self._own[inst] = (fpos[id(inst)], tuple(bw))

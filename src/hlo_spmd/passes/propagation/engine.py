@@ -12,7 +12,8 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.annotations.cli_spec import per_item_flags
@@ -31,8 +32,7 @@ from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
 from hlo_spmd.passes.propagation.dirty import DirtySet
-from hlo_spmd.passes.propagation.unchanged import (BACKWARD_READS_USER_ONLY, BW, FW,
-                                                   UnchangedMemo)
+from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo, forward_rule_of
 from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding import is_spatially_partitioned
@@ -53,8 +53,66 @@ SPATIAL_OPCODES = frozenset({
     "batch-norm-training", "batch-norm-inference", "batch-norm-grad"})
 
 
+class ForwardFacts(NamedTuple):
+    """What ``infer_from_operands`` reads of an instruction that never changes during a
+    run (``Propagator._forward_facts``)."""
+    min_level: int          # the level it propagates from (``bw.level_of``)
+    op: str                 # its propagation opcode (``Graph.op``)
+    manual_ok: bool         # a manual operand makes it manual
+    infer: fw.Rule          # its declared forward rule
+    spatial: bool           # ``supports_spatial`` forward
+
+
+class UserFacts(NamedTuple):
+    """What the backward walk reads of an instruction as a user (``user_facts``)."""
+    op: str
+    reads_operands: bool    # its backward rule also reads its other operands (declared)
+    manual_source: bool     # a manual sharding of it makes its operand manual
+    rule: bw.UserRule
+
+
+class BackwardFacts(NamedTuple):
+    """What ``infer_from_users`` reads of an instruction that never changes during a
+    run (``Propagator._backward_facts``); the lists are per user."""
+    is_broadcast: bool
+    users: Sequence[Instruction]
+    from_nothing: list[bool]   # the user's rule gives a sharding from nothing (rng state)
+    spatial: bool              # ``supports_spatial`` backward
+    manual_source: list[bool]
+    user_rules: list[bw.UserRule]
+
+
+class KnownVerdict(NamedTuple):
+    """A memoised ``verdict``: the verdict, ``may_combine``'s answer if the verdict asked
+    it (else None), and the keyed objects (kept alive so that no id is reused)."""
+    verdict: Verdict
+    may_combine: bool | None
+    keyed: tuple
+
+
+@dataclass(slots=True)
+class WalkDirection:
+    """One direction of the fix point's walk (``Propagator.run_to_fix_point``)."""
+    d: int                      # FW or BW
+    name: str                   # the recorder's direction
+    walk: list[tuple[int, Instruction]]    # (id, instruction) by walk position
+    pos: dict[int, int]         # id -> walk position
+    flags: bytearray            # the dirty set's flags (1: the memo must be asked)
+    keep: bytearray             # 1 where a visit leaves the flag set: asked every visit
+    inferred: bytearray         # XLA's already_inferred_from_{operands,users} (1: skip)
+    boundaries: frozenset[int]  # visiting one re-opens its operand (backward only)
+
+
 class Propagator:
-    """State of one propagation run over a module (shardings live on the instructions)."""
+    """State of one propagation run over a module (shardings live on the instructions).
+
+    Its public interface, used by the rules (``forward``, ``backward``, ...) and by the
+    skip memo and dirty set: ``graph``, ``at_least`` / ``may_combine`` / ``level``,
+    ``improve`` / ``improve_sub`` / ``set`` / ``reject``, ``dot_dims``,
+    ``lookahead_user_sharding``, ``user_rule`` / ``user_facts``, ``provided``,
+    ``unspecified``, ``groups``; the level notes ``level_read`` / ``level_lo`` /
+    ``level_hi`` (see ``at_least``), which the memo resets and reads around an inference.
+"""
 
     def __init__(self, module: Module, graph: Graph, recorder: prov.Recorder, *,
                  to_output: bool | Sequence[bool], to_params: bool | Sequence[bool],
@@ -94,18 +152,21 @@ class Propagator:
         self._dims_cache: dict[int, DotDims] = {}
         # (id(candidate), id(current), id(shape), linear, allow) ->
         #   (verdict, may_combine's answer if asked else None, the keyed objects)
-        self._verdicts: dict[tuple, tuple] = {}
+        self._verdicts: dict[tuple, KnownVerdict] = {}
         self.groups = sg.ShardGroups()
         # Inferences whose inputs are unchanged since they last changed nothing are
         # skipped, across levels too (see ``unchanged``).
         self.unchanged = UnchangedMemo(self)
         self.dirty = DirtySet(self)
         # (keyed by the instructions, which hash by identity: no id() call per question)
-        self._fw_facts: dict[Instruction, tuple[int, str, bool, Any, bool]] = {}
-        self._bw_facts: dict[Instruction, tuple] = {}
-        self._user_rule: dict[Instruction, tuple] = {}
-        self._user_facts: dict[Instruction, tuple] = {}
+        self._fw_facts: dict[Instruction, ForwardFacts] = {}
+        self._bw_facts: dict[Instruction, BackwardFacts] = {}
+        self._user_rule: dict[Instruction, bw.UserRule] = {}
+        self._user_facts: dict[Instruction, UserFacts] = {}
         self._boundaries: frozenset[int] | None = None
+        # The fix point's walk state (``run_to_fix_point``).
+        self._walks: tuple[WalkDirection, WalkDirection] | None = None
+        self._done_group: set[int] = set()
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -163,8 +224,9 @@ class Propagator:
         linear = inst.opcode in LINEAR_OPS
         key = (id(cand), id(cur), id(shape), linear, allow)
         hit = self._verdicts.get(key)
-        if hit is not None and (hit[1] is None or self.at_least(1) == hit[1]):
-            return hit[0]
+        if hit is not None and (hit.may_combine is None
+                                or self.at_least(1) == hit.may_combine):
+            return hit.verdict
         asked: list[bool] = []
 
         def may_combine() -> bool:
@@ -174,7 +236,7 @@ class Propagator:
             return r
 
         v = self._verdict(cand, cur, shape, linear, may_combine, allow)
-        self._verdicts[key] = (v, asked[0] if asked else None, cand, cur, shape)
+        self._verdicts[key] = KnownVerdict(v, asked[0] if asked else None, (cand, cur, shape))
         return v
 
     @staticmethod
@@ -206,8 +268,9 @@ class Propagator:
         # (``verdict``'s memo hit inlined: ~10^4 questions per module)
         key = (id(cand), id(inst.sharding), id(inst.shape), inst.opcode in LINEAR_OPS, allow)
         hit = self._verdicts.get(key)
-        if hit is not None and (hit[1] is None or self.at_least(1) == hit[1]):
-            v = hit[0]
+        if hit is not None and (hit.may_combine is None
+                                or self.at_least(1) == hit.may_combine):
+            v = hit.verdict
         else:
             v = self.verdict(inst, cand, allow)
         if v.sharding is None:
@@ -238,22 +301,20 @@ class Propagator:
                 and i.custom_call_target in (g.FULL_TO_SHARD, g.SHARD_TO_FULL))
         return self._boundaries
 
-    def user_facts(self, user: Instruction) -> tuple:
+    def user_facts(self, user: Instruction) -> UserFacts:
         """What the backward walk reads of ``user`` as a user, once per instruction (the
-        skip memo, the dirty set and ``infer_from_users`` each ask per edge): its
-        propagation opcode, whether its backward rule also reads its other operands
-        (``unchanged.BACKWARD_READS_USER_ONLY``), whether a manual sharding of it makes
-        its operand manual (not a manual region's entry), and its ``user_rule``."""
+        skip memo, the dirty set and ``infer_from_users`` each ask per edge)."""
         r = self._user_facts.get(user)
         if r is None:
-            op = self.graph.op[user]
-            reads = not (op in BACKWARD_READS_USER_ONLY or self.graph.elementwise[user])
+            rule = self.user_rule(user)
             manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
                                  or sdy_manual.is_sdy_entry(user))
-            r = self._user_facts[user] = (op, reads, manual_source, self.user_rule(user))
+            r = self._user_facts[user] = UserFacts(self.graph.op[user],
+                                                   rule.declared.reads_operands,
+                                                   manual_source, rule)
         return r
 
-    def user_rule(self, user: Instruction):
+    def user_rule(self, user: Instruction) -> bw.UserRule:
         """``bw.user_rule`` once per instruction."""
         r = self._user_rule.get(user)
         if r is None:
@@ -281,19 +342,16 @@ class Propagator:
         return False
 
     # -- forward / backward inference ---------------------------------------------------------
-    def _forward_facts(self, inst: Instruction) -> tuple[int, str, bool, Any, bool]:
-        """What ``infer_from_operands`` reads of ``inst`` that never changes during a run
-        (asked after ``setup``): its minimum level, opcode, whether a manual operand makes
-        it manual, its rule, and whether it supports spatial partitioning."""
+    def _forward_facts(self, inst: Instruction) -> ForwardFacts:
+        """``ForwardFacts`` of ``inst`` (asked after ``setup``)."""
         op = self.graph.op[inst]
         elementwise = self.graph.elementwise[inst]
         tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
         manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
                      or tuple_cc)
-        rule = fw.FORWARD_RULES.get(op) or (fw.elementwise_rule if elementwise
-                                            else fw.default_rule)
-        facts = (bw.level_of(op, elementwise), op, manual_ok, rule,
-                 self.supports_spatial(inst, self.to_output, False))
+        facts = ForwardFacts(bw.level_of(op, elementwise), op, manual_ok,
+                             forward_rule_of(self.graph, inst).infer,
+                             self.supports_spatial(inst, self.to_output, False))
         self._fw_facts[inst] = facts
         return facts
 
@@ -321,30 +379,20 @@ class Propagator:
             return fw.unsupported_rule(self, inst)
         return rule(self, inst)
 
-    def _backward_facts(self, inst: Instruction) -> tuple:
-        """What ``infer_from_users`` reads of ``inst`` that never changes during a run
-        (asked after ``setup``): whether it is a broadcast, its users, which of them are
-        rng-bit-generators, whether it supports spatial partitioning, which users can
-        make it manual (not a manual region's entry), and each user's ``user_rule``."""
+    def _backward_facts(self, inst: Instruction) -> BackwardFacts:
+        """``BackwardFacts`` of ``inst`` (asked after ``setup``)."""
         users = self.graph.users_of(inst)
-        rng: list[bool] = []
-        manual_source: list[bool] = []
-        rules: list[tuple] = []
-        user_facts = self.user_facts
-        known = self._user_facts.get   # (its memo, read first)
-        for u in users:
-            op, _reads, source, rule = known(u) or user_facts(u)
-            rng.append(op == "rng-bit-generator")
-            manual_source.append(source)
-            rules.append(rule)
-        facts = (self.graph.op[inst] == "broadcast", users, rng,
-                 self.supports_spatial(inst, False, self.to_params), manual_source, rules)
+        facts = [self.user_facts(u) for u in users]
+        facts = BackwardFacts(self.graph.op[inst] == "broadcast", users,
+                              [f.rule.declared.from_nothing for f in facts],
+                              self.supports_spatial(inst, False, self.to_params),
+                              [f.manual_source for f in facts], [f.rule for f in facts])
         self._bw_facts[inst] = facts
         return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        is_broadcast, users, is_rng, spatial, manual_source, user_rules = (
+        is_broadcast, users, from_nothing, spatial, manual_source, user_rules = (
             self._bw_facts.get(inst) or self._backward_facts(inst))
         if is_broadcast and not self.at_least(2):
             return False
@@ -372,13 +420,13 @@ class Propagator:
         changed = False
         shape_is_tuple = inst.shape.is_tuple
         for k, user in enumerate(users):
-            if is_rng[k]:
+            if from_nothing[k]:
                 rep = ops.single_tuple(inst.shape, HloSharding.replicate())
                 if inst.sharding != rep:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
                     return True
                 return False
-            min_level, rule, name, blocked = user_rules[k]
+            min_level, rule, name, blocked, _declared = user_rules[k]
             if k in asked and inst.sharding is s:
                 us = asked[k]
             # (``bw.operand_from_user``, inlined: asked per user per visit)
@@ -584,95 +632,51 @@ class Propagator:
 
     # -- the fixpoint ---------------------------------------------------------------------------
     def run_to_fix_point(self, level: int) -> None:
-        """RunToFixPoint at one aggressiveness level (the memo is asked only about
-        inferences the dirty set flags: the others it would skip).
+        """RunToFixPoint at one aggressiveness level.
 
-        XLA's walk visits every instruction per sweep and marks it ``already inferred``
-        (its caches, here per direction) until a neighbour's change clears the mark.  A
-        visit of an unflagged instruction only sets that mark, so the walk jumps from
-        flagged instruction to flagged instruction (``Flags``: ``bytearray.find``) and
-        keeps the marks as times instead: every instruction is visited at a fixed time
-        of each sweep (4 x its place in the sweep: computations in module order, each
-        forward then backward), a clear and an explicit mark note the time they happen
-        (+1, +2: after the visit they happen in), and an instruction is marked when its
-        latest visit or explicit mark in this level is later than its latest clear.
-        Provided (fixed) instructions are never marked by a visit, only explicitly
-        (XLA's ``continue`` before marking them).  Asked at every unmarked visit whether
-        flagged or not: dot / convolution forward (lookahead), manual-region boundaries
-        backward, and open-dims annotations from level 1 (an unflagged memo question is
-        skipped by the memo, so asking it changes nothing)."""
+        XLA's walk visits every instruction per sweep (computations in module order,
+        each forward in post order then backward in reverse, after its shard groups)
+        and skips those in its ``already_inferred_from_{operands,users}`` sets, which a
+        visit fills and a neighbour's change clears (``_clear_cache``).  Here those sets
+        are ``WalkDirection.inferred``, and the memo is asked only about inferences the
+        dirty set flags (the others it would skip): the walk jumps from flagged position
+        to flagged position (``bytearray.find``), and the visits it jumps over, which
+        would only fill ``inferred``, fill it in one slice.  Provided (fixed)
+        instructions are never put in ``inferred`` by a visit (XLA's ``continue``
+        before that), only when their open dims were refined, so they are flagged at
+        every visit; so are dot / convolution forward (lookahead), manual-region
+        boundaries backward, and open-dims annotations from level 1 (an unflagged memo
+        question is skipped by the memo, so asking it changes nothing)."""
         self.level = level
         self.rec.level = level
         dirty = self.dirty
         dirty.start_level(level)
-        fw_bits, bw_bits = dirty.flagged[FW].bits, dirty.flagged[BW].bits
-        may_combine = level > 0
-        done_group: set[int] = set()
-        has_groups = bool(self.groups)   # (groups are collected in ``setup`` only)
         graph = self.graph
-        fw_walk, bw_walk = graph.walk
-        fw_pos, bw_pos = graph.walk_pos
-        clear_targets = graph.clear_targets
-        n = len(fw_walk)
-        boundaries = self.boundaries
-        provided = self.provided
-        unspecified = self.unspecified
-        # What a visit leaves in the flags: 1 where the walk asks at every visit.
-        fw_keep = bytearray(n)
-        bw_keep = bytearray(n)
+        n = len(graph.walk[FW])
+        walks = self._walks = tuple(
+            WalkDirection(d, name, graph.walk[d], graph.walk_pos[d], dirty.flagged[d].bits,
+                          bytearray(n), bytearray(n), bounds)
+            for d, name, bounds in ((FW, "forward", frozenset()),
+                                    (BW, "backward", self.boundaries)))
+        fwd, bwd = walks
         for key in dirty.always:
-            fw_keep[fw_pos[key]] = 1
-        for key in boundaries:
-            bw_keep[bw_pos[key]] = 1
-        if may_combine:
-            for key in unspecified:
-                if key in provided and key in fw_pos:
-                    fw_keep[fw_pos[key]] = 1
-                    bw_keep[bw_pos[key]] = 1
-        for keep, bits in ((fw_keep, fw_bits), (bw_keep, bw_bits)):
+            fwd.keep[fwd.pos[key]] = 1
+        for key in self.boundaries:
+            bwd.keep[bwd.pos[key]] = 1
+        for key in self.provided:
+            if key in fwd.pos:
+                fwd.keep[fwd.pos[key]] = 1
+                bwd.keep[bwd.pos[key]] = 1
+        for dr in walks:
+            keep, flags = dr.keep, dr.flags
             p = keep.find(1)
             while p >= 0:
-                bits[p] = 1
+                flags[p] = 1
                 p = keep.find(1, p + 1)
-        # Times (see the docstring) of the latest clear / explicit mark, by position.
-        fw_clear = [-1] * n
-        bw_clear = [-1] * n
-        fw_mark = [-1] * n
-        bw_mark = [-1] * n
-        sweep_time = 8 * n
-
-        def clear_cache(hlo: Instruction, t: int, hlo_for_users: Instruction | None = None
-                        ) -> None:
-            fw_t, bw_t = clear_targets(hlo)
-            if hlo_for_users is not None:
-                fw_t = clear_targets(hlo_for_users)[0]
-            for q in fw_t:
-                fw_clear[q] = t
-            for q in bw_t:
-                bw_clear[q] = t
-            group = self.groups.group_of(hlo) if has_groups else None
-            if group is not None:
-                for m in group:
-                    if m is not hlo:
-                        done_group.discard(id(m))
-
-        def after_change(inst: Instruction, t: int) -> None:
-            op = inst.opcode
-            if op in CONTROL_FLOW or op == "custom-call" or op == "parameter" or \
-                    graph.is_root(inst):   # (else computation_propagation does nothing)
-                changed: list[Instruction] = []
-                self.computation_propagation(inst, changed)
-                clear_cache(inst, t)
-                for h in changed:
-                    clear_cache(h, t)
-            else:
-                clear_cache(inst, t)
-
+        self._done_group = set()
+        has_groups = bool(self.groups)   # (groups are collected in ``setup`` only)
         unchanged = self.unchanged
-        # The skip memo's question per visit (``UnchangedMemo._run`` and its entries)
-        fw_entries, bw_entries = unchanged._fw, unchanged._bw
-        fw_entry, bw_entry = unchanged._forward_entry, unchanged._backward_entry
-        ask, infer_fw, infer_bw = unchanged._run, unchanged._infer_fw, unchanged._infer_bw
+        ones = memoryview(b"\x01" * n)
         iterations = 0
         changed_last = True
         # A computation with no flag in either direction has nothing to visit (most of a
@@ -682,120 +686,135 @@ class Propagator:
         while changed_last:
             changed_last = False
             self.rec.iteration = self.iterations
-            base = iterations * sweep_time
             for comp, a, b in graph.walk_ranges:
-                if may_skip and fw_bits.find(1, a, b) < 0 and bw_bits.find(1, a, b) < 0:
+                if may_skip and fwd.flags.find(1, a, b) < 0 and bwd.flags.find(1, a, b) < 0:
+                    fwd.inferred[a:b] = ones[:b - a]   # (its visits, jumped over)
+                    bwd.inferred[a:b] = ones[:b - a]
                     self.direction = "backward"   # (as after its walk)
                     continue
                 if has_groups:
-                    self.direction = "shard-group"
-                    t = base + 8 * a - 1   # (after the previous computation's visits)
-                    for inst in graph.post_orders[comp.name]:
-                        key = id(inst)
-                        group = self.groups.group_of(inst)
-                        if key in done_group or group is None:
-                            continue
-                        if key in self.provided:
-                            if may_combine and key in self.unspecified and \
-                                    sg.refine_open_dims_from_group(self, inst,
-                                                                   self.unspecified[key], group):
-                                clear_cache(inst, t)
-                                done_group.add(key)
-                                changed_last = True
-                            continue
-                        done_group.add(key)
-                        if sg.infer_from_group(self, inst, group):
-                            after_change(inst, t)
-                            changed_last = True
-                self.direction = "forward"
-                t0 = base + 4 * a
-                i = a - 1
-                while True:   # (the flagged positions in [a, b), each flag read when the walk
-                    # reaches it; the next position is tried before a find, which
-                    # costs about ten such steps)
-                    i += 1
-                    if i >= b:
-                        break
-                    if not fw_bits[i]:
-                        i = fw_bits.find(1, i, b)
-                        if i < 0:
-                            break
-                    key, inst = fw_walk[i]
-                    now = t0 + 4 * i
-                    if key in provided:
-                        fw_bits[i] = fw_keep[i]
-                        if not may_combine or key not in unspecified:
-                            continue
-                        m = fw_mark[i]
-                        if m >= 0 and m > fw_clear[i]:
-                            continue
-                        ok, conv = unspec.from_operand(self, inst, unspecified[key])
-                        if ok:
-                            clear_cache(inst, now + 1, conv)
-                            fw_mark[i] = now + 2
-                            changed_last = True
-                        continue
-                    last = now - sweep_time   # (its visit in the previous sweep)
-                    m = fw_mark[i]
-                    if m > last:
-                        last = m
-                    if last >= 0 and last > fw_clear[i]:
-                        continue              # marked: the flag waits
-                    fw_bits[i] = fw_keep[i]
-                    if ask(inst, fw_entries.get(key) or fw_entry(inst), infer_fw, FW):
-                        after_change(inst, now + 1)
-                        changed_last = True
-                if unchanged.check:
-                    unchanged.check_unflagged(graph.post_orders[comp.name], FW, dirty)
-                self.direction = "backward"
-                t0 = base + 4 * b
-                i = a - 1
-                while True:   # (as forward)
-                    i += 1
-                    if i >= b:
-                        break
-                    if not bw_bits[i]:
-                        i = bw_bits.find(1, i, b)
-                        if i < 0:
-                            break
-                    key, inst = bw_walk[i]
-                    now = t0 + 4 * i
-                    is_provided = key in provided
-                    m = bw_mark[i]
-                    if is_provided:
-                        last = m
-                    else:
-                        last = now - sweep_time
-                        if m > last:
-                            last = m
-                    done = last >= 0 and last > bw_clear[i]
-                    if key in boundaries and not done:
-                        q = bw_pos.get(id(inst.operands[0]))
-                        if q is not None:
-                            bw_clear[q] = now + 1
-                    if done:
-                        continue
-                    if is_provided:
-                        bw_bits[i] = bw_keep[i]
-                        if not may_combine or key not in unspecified:
-                            continue
-                        ok, conv = unspec.from_users(self, inst, unspecified[key], level)
-                        if ok:
-                            clear_cache(inst, now + 1, conv)
-                            bw_mark[i] = now + 2
-                            if conv is not None and id(conv) in bw_pos:
-                                bw_mark[bw_pos[id(conv)]] = now + 2
-                            changed_last = True
-                        continue
-                    bw_bits[i] = bw_keep[i]
-                    if ask(inst, bw_entries.get(key) or bw_entry(inst), infer_bw, BW):
-                        after_change(inst, now + 1)
-                        changed_last = True
-                if unchanged.check:
-                    unchanged.check_unflagged(graph.post_orders[comp.name], BW, dirty)
+                    changed_last |= self._infer_from_groups(comp, level)
+                for dr in walks:
+                    self.direction = dr.name
+                    changed_last |= self._walk(dr, a, b, level, ones)
+                    if unchanged.check:
+                        unchanged.check_unflagged(graph.post_orders[comp.name], dr.d, dirty,
+                                                  level)
             self.iterations += 1
             iterations += 1
         self.level_iterations.append(iterations)
+
+    def _walk(self, dr: WalkDirection, a: int, b: int, level: int, ones: memoryview) -> bool:
+        """One direction's visits of the computation at walk positions [a, b): whether a
+        sharding changed."""
+        flags, keep, inferred, walk = dr.flags, dr.keep, dr.inferred, dr.walk
+        provided = self.provided
+        unspecified = self.unspecified
+        boundaries = dr.boundaries
+        may_combine = level > 0
+        infer = self.unchanged.infer
+        d = dr.d
+        changed = False
+        i = a - 1
+        while True:   # (the flagged positions in [a, b), each flag read when the walk
+            # reaches it; the next position is tried before a find, which costs about
+            # ten such steps)
+            nxt = i + 1
+            if nxt >= b:
+                break
+            if flags[nxt]:
+                i = nxt
+            else:
+                i = flags.find(1, nxt, b)
+                if i < 0:
+                    inferred[nxt:b] = ones[:b - nxt]   # (the visits jumped over)
+                    break
+                inferred[nxt:i] = ones[:i - nxt]
+            if inferred[i]:
+                continue              # already inferred: the flag waits for a clear
+            key, inst = walk[i]
+            if key in boundaries:
+                # A manual-region boundary: its operand is re-inferred with it.
+                q = dr.pos.get(id(inst.operands[0]))
+                if q is not None:
+                    inferred[q] = 0
+            if key in provided:
+                if not may_combine or key not in unspecified:
+                    continue
+                if d == FW:
+                    ok, conv = unspec.from_operand(self, inst, unspecified[key])
+                else:
+                    ok, conv = unspec.from_users(self, inst, unspecified[key], level)
+                if ok:
+                    self._clear_cache(inst, conv)
+                    inferred[i] = 1
+                    if d == BW and conv is not None and id(conv) in dr.pos:
+                        inferred[dr.pos[id(conv)]] = 1
+                    changed = True
+                continue
+            flags[i] = keep[i]
+            inferred[i] = 1
+            if infer(inst, d, level):
+                self._after_change(inst)
+                changed = True
+        return changed
+
+    def _infer_from_groups(self, comp, level: int) -> bool:
+        """Shard groups first in every sweep of a computation: each member not done yet
+        takes its group's sharding (an open-dims annotation refines its open dims)."""
+        self.direction = "shard-group"
+        done_group = self._done_group
+        changed = False
+        for inst in self.graph.post_orders[comp.name]:
+            key = id(inst)
+            group = self.groups.group_of(inst)
+            if key in done_group or group is None:
+                continue
+            if key in self.provided:
+                if level > 0 and key in self.unspecified and \
+                        sg.refine_open_dims_from_group(self, inst, self.unspecified[key],
+                                                       group):
+                    self._clear_cache(inst)
+                    done_group.add(key)
+                    changed = True
+                continue
+            done_group.add(key)
+            if sg.infer_from_group(self, inst, group):
+                self._after_change(inst)
+                changed = True
+        return changed
+
+    def _clear_cache(self, hlo: Instruction, hlo_for_users: Instruction | None = None) -> None:
+        """XLA's clear_cache: a change of ``hlo`` takes its neighbours out of the
+        ``inferred`` sets (forward: the users of ``hlo_for_users`` if given) and its
+        group's members out of the groups done."""
+        fw_t, bw_t = self.graph.clear_targets(hlo)
+        if hlo_for_users is not None:
+            fw_t = self.graph.clear_targets(hlo_for_users)[0]
+        fwd, bwd = self._walks
+        fw_inferred, bw_inferred = fwd.inferred, bwd.inferred
+        for q in fw_t:
+            fw_inferred[q] = 0
+        for q in bw_t:
+            bw_inferred[q] = 0
+        group = self.groups.group_of(hlo) if self.groups else None
+        if group is not None:
+            for m in group:
+                if m is not hlo:
+                    self._done_group.discard(id(m))
+
+    def _after_change(self, inst: Instruction) -> None:
+        """``inst``'s sharding changed: computation propagation, then the caches."""
+        op = inst.opcode
+        if op in CONTROL_FLOW or op == "custom-call" or op == "parameter" or \
+                self.graph.is_root(inst):   # (else computation_propagation does nothing)
+            changed: list[Instruction] = []
+            self.computation_propagation(inst, changed)
+            self._clear_cache(inst)
+            for h in changed:
+                self._clear_cache(h)
+        else:
+            self._clear_cache(inst)
 
     def run(self) -> None:
         self.setup()

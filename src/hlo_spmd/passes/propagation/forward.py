@@ -1,13 +1,15 @@
 """Forward rules: an instruction's sharding from its operands (InferShardingFromOperands).
 
-``FORWARD_RULES`` maps an opcode to its rule; every elementwise opcode (and anything
-without a rule of its own) shares ``default_rule``.  A rule offers candidates through
+``FORWARD_RULES`` maps an opcode to a ``ForwardRule``: its rule and what the rule reads,
+which the fix point's skip memo and dirty set take as the inference's read set
+(``unchanged``, ``dirty``); every elementwise opcode shares ``ELEMENTWISE``, anything
+else without a rule of its own ``DEFAULT``.  A rule offers candidates through
 ``p.improve(...)`` (which applies XLA's "strictly finer, compatible" test and records
 provenance) and returns True if the instruction's sharding changed.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import bit_width
@@ -25,6 +27,19 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.engine import Propagator
 
 Rule = Callable[["Propagator", Instruction], bool]
+
+
+class ForwardRule(NamedTuple):
+    """A forward rule and its read set: besides the instruction's own sharding and its
+    operands', ``lookahead``: the single-user chain ``lookahead_user_sharding`` follows
+    (read per visit: the chain moves with the shardings); ``caller_operands``: for a
+    parameter of a called computation, its caller's operands; ``level_classes``: where
+    the rule reads the level as a number, the levels below it each answer differently
+    and the levels from it on all alike."""
+    infer: Rule
+    lookahead: bool = False
+    caller_operands: bool = False
+    level_classes: int = 1
 
 # PickRepresentativeOperand: opcodes whose result follows operand 0 (when it is sharded).
 FIRST_OPERAND = frozenset({
@@ -578,28 +593,31 @@ def batch_norm(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-FORWARD_RULES: dict[str, Rule] = {
-    "get-tuple-element": get_tuple_element,
-    "tuple": tuple_rule,
-    "reduce": reduce,
-    "broadcast": broadcast,
-    "concatenate": concatenate,
-    "convolution": convolution,
-    "transpose": transpose,
-    "reduce-window": reduce_window,
-    "select-and-scatter": select_and_scatter,
-    "reshape": reshape,
-    "reverse": reverse,
-    "dot": dot,
-    "parameter": parameter,
-    "sort": sort,
-    "dynamic-slice": dynamic_slice,
-    "dynamic-update-slice": dynamic_update_slice,
-    "gather": gather,
-    "scatter": scatter,
-    "while": while_rule,
-    "custom-call": custom_call,
-    "batch-norm-training": batch_norm,
-    "batch-norm-inference": batch_norm,
-    "batch-norm-grad": batch_norm,
+ELEMENTWISE = ForwardRule(elementwise_rule)
+DEFAULT = ForwardRule(default_rule)
+
+FORWARD_RULES: dict[str, ForwardRule] = {
+    "get-tuple-element": ForwardRule(get_tuple_element),
+    "tuple": ForwardRule(tuple_rule),
+    "reduce": ForwardRule(reduce),
+    "broadcast": ForwardRule(broadcast, level_classes=3),
+    "concatenate": ForwardRule(concatenate),
+    "convolution": ForwardRule(convolution, lookahead=True),
+    "transpose": ForwardRule(transpose),
+    "reduce-window": ForwardRule(reduce_window),
+    "select-and-scatter": ForwardRule(select_and_scatter),
+    "reshape": ForwardRule(reshape),
+    "reverse": ForwardRule(reverse),
+    "dot": ForwardRule(dot, lookahead=True),
+    "parameter": ForwardRule(parameter, caller_operands=True),
+    "sort": ForwardRule(sort),
+    "dynamic-slice": ForwardRule(dynamic_slice),
+    "dynamic-update-slice": ForwardRule(dynamic_update_slice),
+    "gather": ForwardRule(gather),
+    "scatter": ForwardRule(scatter),
+    "while": ForwardRule(while_rule),
+    "custom-call": ForwardRule(custom_call),
+    "batch-norm-training": ForwardRule(batch_norm),
+    "batch-norm-inference": ForwardRule(batch_norm),
+    "batch-norm-grad": ForwardRule(batch_norm),
 }
