@@ -140,7 +140,7 @@ OPCODE_SET_ALLOW_LIST = sorted([
     ('src/hlo_spmd/passes/partition/tidy.py', ('all-reduce', 'dynamic-slice')),
     ('src/hlo_spmd/passes/partition/tidy.py', ('all-reduce', 'transpose')),
     # Propagation: its rules' classifications (sharding_propagation.cc keeps these in its
-    # switch statements too) and the fix point's read sets.
+    # switch statements too).
     ('src/hlo_spmd/passes/propagation/backward.py', (
         'call', 'concatenate', 'copy', 'dynamic-slice', 'dynamic-update-slice',
         'get-tuple-element', 'opt-barrier', 'reshape', 'transpose', 'tuple', 'while'
@@ -169,12 +169,6 @@ OPCODE_SET_ALLOW_LIST = sorted([
         'shift-right-arithmetic', 'shift-right-logical', 'slice'
     )),
     ('src/hlo_spmd/passes/propagation/graph.py', ('bitcast-convert', 'custom-call')),
-    ('src/hlo_spmd/passes/propagation/unchanged.py', (
-        'broadcast', 'concatenate', 'copy', 'custom-call', 'dynamic-slice',
-        'dynamic-update-slice', 'gather', 'get-tuple-element', 'outfeed', 'pad',
-        'reduce-window', 'reshape', 'reverse', 'slice', 'sort', 'transpose', 'tuple'
-    )),
-    ('src/hlo_spmd/passes/propagation/unchanged.py', ('convolution', 'dot')),
     # Partitioner policy: the ops that keep their own handler inside a manual region
     # (a custom-call's target decides; a get-tuple-element reads one leaf of a mixed tuple).
     ('src/hlo_spmd/passes/partition/driver.py', ('custom-call', 'get-tuple-element')),
