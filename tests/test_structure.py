@@ -275,9 +275,6 @@ CYCLE_ALLOW_LIST = [
     ("hlo_spmd.passes.partition.context", "hlo_spmd.passes.partition.reshard",
      "hlo_spmd.passes.partition.reshard_routes", "hlo_spmd.passes.partition.unreduced"),
     ("hlo_spmd.passes.partition.handlers.dot", "hlo_spmd.passes.partition.handlers.dot_windowed"),
-    tuple(f"hlo_spmd.passes.propagation{m}" for m in (
-        "", ".backward", ".dirty", ".engine", ".forward", ".improve", ".priorities",
-        ".provenance", ".sdy_manual", ".shard_groups", ".unchanged", ".unspecified")),
     ("hlo_spmd.sharding.algebra", "hlo_spmd.sharding.grouping"),
 ]
 

@@ -23,9 +23,9 @@ from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, 
                                with_tile_assignment)
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
-BackRule = Callable[["Propagator", Instruction, Instruction], "HloSharding | None"]
+BackRule = Callable[["PropagatorInterface", Instruction, Instruction], "HloSharding | None"]
 
 
 class BackwardRule(NamedTuple):
@@ -75,7 +75,7 @@ ALWAYS_PASS_THROUGH = frozenset({
     "get-tuple-element", "opt-barrier", "reshape", "tuple", "transpose", "while"})
 
 
-def operand_from_user(p: "Propagator", inst: Instruction, user: Instruction,
+def operand_from_user(p: "PropagatorInterface", inst: Instruction, user: Instruction,
                       level: int, facts: tuple | None = None) -> HloSharding | None:
     """GetShardingFromUser (``facts``: ``p.user_rule(user)`` if the caller has it)."""
     min_level, rule, _, blocked, _declared = facts or p.user_rule(user)
@@ -112,13 +112,13 @@ def _rule_name_of(op: str, elementwise: bool) -> str:
     return f"{op}.backward(same shape)"
 
 
-def same_shape_rule(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def same_shape_rule(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if ops.shapes_compatible(inst.shape, user.shape):
         return user.sharding
     return None
 
 
-def _index(p: "Propagator", user: Instruction, inst: Instruction) -> int:
+def _index(p: "PropagatorInterface", user: Instruction, inst: Instruction) -> int:
     """The first position of ``inst`` among ``user``'s operands."""
     positions = p.graph.operand_positions(user, inst)
     if not positions:
@@ -126,7 +126,7 @@ def _index(p: "Propagator", user: Instruction, inst: Instruction) -> int:
     return positions[0]
 
 
-def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def broadcast(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     """InferBroadcastOperandSharding: replicate the new dims, then drop them."""
     s = user.sharding
     if s.is_replicated or s.is_manual:
@@ -138,24 +138,24 @@ def broadcast(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
     return ops.remove_shape_dims(partial_replicate(s, new_dims), new_dims)
 
 
-def concatenate(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def concatenate(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if not p.at_least(1):
         return None
     return user.sharding
 
 
-def convolution(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def convolution(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     dnums = p.dot_dims(user)
     if dnums.conv_spatial:
         return None
     return dot_operand(p, user, _index(p, user, inst), dnums)
 
 
-def dot(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def dot(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return dot_operand(p, user, _index(p, user, inst), p.dot_dims(user))
 
 
-def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
+def dot_operand(p: "PropagatorInterface", dot_inst: Instruction, k: int,
                 dnums: DotDims) -> HloSharding:
     """InferDotOperandSharding: from the output (other side's free dims replicated),
     merged with what the other operand implies through batch / contracting dims."""
@@ -203,7 +203,7 @@ def dot_operand(p: "Propagator", dot_inst: Instruction, k: int,
     return sharding
 
 
-def dynamic_slicing(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def dynamic_slicing(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if not p.at_least(1):
         return None
     s = user.sharding
@@ -218,7 +218,7 @@ def dynamic_slicing(p: "Propagator", inst: Instruction, user: Instruction) -> Hl
     return partial_replicate(s, sliced)
 
 
-def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def reduce_window(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     n = len(user.operands) // 2
     if not any(o is inst for o in user.operands[:n]):
         return None
@@ -227,19 +227,19 @@ def reduce_window(p: "Propagator", inst: Instruction, user: Instruction) -> HloS
     return user.sharding
 
 
-def reshape(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def reshape(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return propagate_through_reshape(user.sharding, user.shape.dims, inst.shape.dims)
 
 
-def pad(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def pad(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return user.sharding if user.operands[0] is inst else None
 
 
-def slice_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def slice_(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return user.sharding
 
 
-def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def transpose(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     dims = list(user.attrs.dimensions)
     inverse = [0] * len(dims)
     for i, d in enumerate(dims):
@@ -247,7 +247,7 @@ def transpose(p: "Propagator", inst: Instruction, user: Instruction) -> HloShard
     return transpose_sharding(user.sharding, inverse)
 
 
-def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def tuple_(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     s = user.sharding
     positions = p.graph.operand_positions(user, inst)
     best = ops.sub_sharding(s, user.shape, _index(p, user, inst))
@@ -258,7 +258,7 @@ def tuple_(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
     return best
 
 
-def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def get_tuple_element(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     shape = inst.shape
     start, _ = ops.leaf_range(shape, user.tuple_index)
     us = user.sharding
@@ -281,7 +281,7 @@ def get_tuple_element(p: "Propagator", inst: Instruction, user: Instruction) -> 
     return HloSharding.tuple(new)
 
 
-def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def reduce(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if inst.shape.rank == 0:
         return None
     us = ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst)) \
@@ -307,30 +307,30 @@ def reduce(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding
     return us
 
 
-def sort(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def sort(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if user.sharding.is_tuple:
         return ops.sub_sharding(user.sharding, user.shape, _index(p, user, inst))
     return user.sharding
 
 
-def reverse(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def reverse(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return reverse_sharding(user.sharding, list(user.attrs.dimensions))
 
 
-def outfeed(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def outfeed(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if user.operands[0] is not inst:
         return None
     operands_shape = Shape.tuple_of([o.shape for o in user.operands])
     return ops.sub_sharding(ops.normalize_tuple(user.sharding, operands_shape), operands_shape, 0)
 
 
-def gather(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def gather(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     if user.operands[1] is inst:
         return gs.gather_index_from_output(user.sharding, user)
     return gs.gather_operand_from_output(user.sharding, user, p.graph.callers)
 
 
-def scatter(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def scatter(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     operands = gs.scatter_operands(user)
     for i, op in enumerate(operands):
         if op is inst:
@@ -362,11 +362,11 @@ def scatter(p: "Propagator", inst: Instruction, user: Instruction) -> HloShardin
     return None
 
 
-def custom_call(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def custom_call(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     return same_shape_rule(p, inst, user)
 
 
-def batch_norm(p: "Propagator", inst: Instruction, user: Instruction) -> HloSharding | None:
+def batch_norm(p: "PropagatorInterface", inst: Instruction, user: Instruction) -> HloSharding | None:
     """The operand (and a grad's output gradient) from the normalized result; the
     per-feature operands get nothing (small: resharded by the partitioner)."""
     k = _index(p, user, inst)

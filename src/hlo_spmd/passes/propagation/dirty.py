@@ -29,7 +29,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.propagation.unchanged import BW, FW, forward_rule_of
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
 
 class Flags:
@@ -67,7 +67,7 @@ class DirtySet:
     The fix point reads the flags' bytes (``Flags.bits``) directly and clears an
     instruction's byte when it asks the memo about it."""
 
-    def __init__(self, p: "Propagator") -> None:
+    def __init__(self, p: "PropagatorInterface") -> None:
         self.p = p
         fpos, bpos = p.graph.walk_pos
         self.flagged: tuple[Flags, Flags] = (Flags(fpos), Flags(bpos))

@@ -106,13 +106,9 @@ class WalkDirection:
 class Propagator:
     """State of one propagation run over a module (shardings live on the instructions).
 
-    Its public interface, used by the rules (``forward``, ``backward``, ...) and by the
-    skip memo and dirty set: ``graph``, ``at_least`` / ``may_combine`` / ``level``,
-    ``improve`` / ``improve_sub`` / ``set`` / ``reject``, ``dot_dims``,
-    ``lookahead_user_sharding``, ``user_rule`` / ``user_facts``, ``provided``,
-    ``unspecified``, ``groups``; the level notes ``level_read`` / ``level_lo`` /
-    ``level_hi`` (see ``at_least``), which the memo resets and reads around an inference.
-"""
+    The rules (``forward``, ``backward``, ...) and the skip memo and dirty set use it
+    only through ``interface.PropagatorInterface``, its public interface.
+    """
 
     def __init__(self, module: Module, graph: Graph, recorder: prov.Recorder, *,
                  to_output: bool | Sequence[bool], to_params: bool | Sequence[bool],

@@ -24,9 +24,9 @@ from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, 
                                transpose_sharding, with_tile_assignment)
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
-Rule = Callable[["Propagator", Instruction], bool]
+Rule = Callable[["PropagatorInterface", Instruction], bool]
 
 
 class ForwardRule(NamedTuple):
@@ -51,7 +51,7 @@ BEST_OPERAND_EXTRA = frozenset({
     "collective-broadcast", "collective-permute", "topk", "sort", "while"})
 
 
-def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | None:
+def pick_representative(p: "PropagatorInterface", inst: Instruction) -> Instruction | None:
     """PickRepresentativeOperand."""
     op = p.graph.op[inst]
     if op in FIRST_OPERAND:
@@ -71,7 +71,7 @@ def pick_representative(p: "Propagator", inst: Instruction) -> Instruction | Non
     return None
 
 
-def _one_non_root_user(p: "Propagator", inst: Instruction) -> bool:
+def _one_non_root_user(p: "PropagatorInterface", inst: Instruction) -> bool:
     return p.graph.non_root_users(inst) == 1
 
 
@@ -81,7 +81,7 @@ def _maybe_tuple(inst: Instruction, s: HloSharding) -> HloSharding:
 
 # -- generic -------------------------------------------------------------------------------
 
-def default_rule(p: "Propagator", inst: Instruction) -> bool:
+def default_rule(p: "PropagatorInterface", inst: Instruction) -> bool:
     """Elementwise ops take every sharded operand in turn (from level 1); everything
     else follows its representative operand."""
     if p.graph.elementwise[inst]:
@@ -89,7 +89,7 @@ def default_rule(p: "Propagator", inst: Instruction) -> bool:
     return _follow_representative(p, inst, f"{p.graph.op[inst]}.forward")
 
 
-def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:
+def elementwise_rule(p: "PropagatorInterface", inst: Instruction) -> bool:
     """``default_rule`` of an elementwise instruction (the engine picks it once per
     instruction: elementwise-ness does not change while shardings move)."""
     if not p.at_least(1):   # (may_combine)
@@ -110,14 +110,14 @@ def elementwise_rule(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-def _follow_representative(p: "Propagator", inst: Instruction, rule: str) -> bool:
+def _follow_representative(p: "PropagatorInterface", inst: Instruction, rule: str) -> bool:
     op = pick_representative(p, inst)
     if op is None or not is_spatially_partitioned(op.sharding):
         return False
     return p.improve(inst, op.sharding, rule, (op,), _one_non_root_user(p, inst))
 
 
-def unsupported_rule(p: "Propagator", inst: Instruction) -> bool:
+def unsupported_rule(p: "PropagatorInterface", inst: Instruction) -> bool:
     """An op the partitioner cannot split follows a replicated operand (array results only)."""
     if (inst.shape.is_tuple or not inst.operands or p.graph.is_root(inst)
             or g.has_side_effect(inst)):
@@ -131,7 +131,7 @@ def unsupported_rule(p: "Propagator", inst: Instruction) -> bool:
 
 # -- tuples and control flow ------------------------------------------------------------------
 
-def get_tuple_element(p: "Propagator", inst: Instruction) -> bool:
+def get_tuple_element(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not is_spatially_partitioned(op.sharding):
         return False
@@ -142,7 +142,7 @@ def get_tuple_element(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, new, "get-tuple-element.forward", (op,), _one_non_root_user(p, inst))
 
 
-def tuple_rule(p: "Propagator", inst: Instruction) -> bool:
+def tuple_rule(p: "PropagatorInterface", inst: Instruction) -> bool:
     if not any(is_spatially_partitioned(op.sharding) for op in inst.operands):
         return False
     had = inst.sharding is not None
@@ -176,7 +176,7 @@ def _output_sharding(op: Instruction) -> HloSharding:
     return s
 
 
-def while_rule(p: "Propagator", inst: Instruction) -> bool:
+def while_rule(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if op.sharding is None:
         return False
@@ -186,7 +186,7 @@ def while_rule(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, s, "while.forward(init)", (op,))
 
 
-def parameter(p: "Propagator", inst: Instruction) -> bool:
+def parameter(p: "PropagatorInterface", inst: Instruction) -> bool:
     owner = p.graph.owner(inst)
     if owner is None:
         return False
@@ -207,7 +207,7 @@ def parameter(p: "Propagator", inst: Instruction) -> bool:
 
 # -- shape-changing ops -------------------------------------------------------------------
 
-def broadcast(p: "Propagator", inst: Instruction) -> bool:
+def broadcast(p: "PropagatorInterface", inst: Instruction) -> bool:
     if not p.at_least(3):
         return False
     op = inst.operands[0]
@@ -222,7 +222,7 @@ def broadcast(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, cand, "broadcast.forward", (op,), _one_non_root_user(p, inst))
 
 
-def reduce(p: "Propagator", inst: Instruction) -> bool:
+def reduce(p: "PropagatorInterface", inst: Instruction) -> bool:
     """InferReduceShardingFromOperand: drop the reduced dims (replicating them first)."""
     n = len(inst.operands) // 2
     dims = list(inst.attrs.dimensions)
@@ -249,7 +249,7 @@ def reduce(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-def concatenate(p: "Propagator", inst: Instruction) -> bool:
+def concatenate(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
     if op is None or not is_spatially_partitioned(op.sharding):
         return False
@@ -265,7 +265,7 @@ def concatenate(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, op.sharding, "concatenate.forward", (op,), _one_non_root_user(p, inst))
 
 
-def transpose(p: "Propagator", inst: Instruction) -> bool:
+def transpose(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not is_spatially_partitioned(op.sharding):
         return False
@@ -273,7 +273,7 @@ def transpose(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, cand, "transpose.forward", (op,), _one_non_root_user(p, inst))
 
 
-def reshape(p: "Propagator", inst: Instruction) -> bool:
+def reshape(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not is_spatially_partitioned(op.sharding):
         return False
@@ -281,7 +281,7 @@ def reshape(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, cand, "reshape.forward", (op,), _one_non_root_user(p, inst))
 
 
-def reverse(p: "Propagator", inst: Instruction) -> bool:
+def reverse(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not is_spatially_partitioned(op.sharding):
         return False
@@ -289,7 +289,7 @@ def reverse(p: "Propagator", inst: Instruction) -> bool:
     return p.improve(inst, cand, "reverse.forward", (op,), _one_non_root_user(p, inst))
 
 
-def reduce_window(p: "Propagator", inst: Instruction) -> bool:
+def reduce_window(p: "PropagatorInterface", inst: Instruction) -> bool:
     if window_has(inst, "any"):
         return False
     n = len(inst.operands) // 2
@@ -302,7 +302,7 @@ def reduce_window(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-def select_and_scatter(p: "Propagator", inst: Instruction) -> bool:
+def select_and_scatter(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = inst.operands[0]
     if not is_spatially_partitioned(op.sharding) or window_has(inst, "base"):
         return False
@@ -310,7 +310,7 @@ def select_and_scatter(p: "Propagator", inst: Instruction) -> bool:
                      _one_non_root_user(p, inst))
 
 
-def sort(p: "Propagator", inst: Instruction) -> bool:
+def sort(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
     if op is None or not is_spatially_partitioned(op.sharding):
         return False
@@ -336,7 +336,7 @@ def _first_target_dim_to_move(dims: tuple[int, ...], s: HloSharding, source: int
     return None
 
 
-def _slice_operand_rule(p: "Propagator", inst: Instruction, op: Instruction, rule: str) -> bool:
+def _slice_operand_rule(p: "PropagatorInterface", inst: Instruction, op: Instruction, rule: str) -> bool:
     """InferDynamicUpdateSliceShardingFromOperand1: replicate the sliced dims."""
     if not is_spatially_partitioned(op.sharding) or op.sharding.is_manual:
         return False
@@ -345,11 +345,11 @@ def _slice_operand_rule(p: "Propagator", inst: Instruction, op: Instruction, rul
     return p.improve(inst, cand, rule, (op,), _one_non_root_user(p, inst))
 
 
-def dynamic_slice(p: "Propagator", inst: Instruction) -> bool:
+def dynamic_slice(p: "PropagatorInterface", inst: Instruction) -> bool:
     return _slice_operand_rule(p, inst, inst.operands[0], "dynamic-slice.forward")
 
 
-def dynamic_update_slice(p: "Propagator", inst: Instruction) -> bool:
+def dynamic_update_slice(p: "PropagatorInterface", inst: Instruction) -> bool:
     changed = _slice_operand_rule(p, inst, inst.operands[1], "dynamic-update-slice.from_update")
     base = inst.operands[0]
     if is_spatially_partitioned(base.sharding):
@@ -381,7 +381,7 @@ def _dot_from_operand(inst: Instruction, dnums: DotDims, k: int) -> HloSharding 
     return ops.transpose_with_collapsed_dims(rep, op_to_out, out_to_op)
 
 
-def infer_dot(p: "Propagator", inst: Instruction, dnums: DotDims, name: str) -> bool:
+def infer_dot(p: "PropagatorInterface", inst: Instruction, dnums: DotDims, name: str) -> bool:
     """InferDotShardingFromOperands: both operands' shardings, the larger (or the one
     the next user agrees with) first, the other merged in when compatible."""
     cands: list[HloSharding | None] = [None, None]
@@ -435,11 +435,11 @@ def _byte_size(inst: Instruction) -> int:
     return inst.shape.num_elements * max(1, (bit_width(inst.shape.element_type) + 7) // 8)
 
 
-def dot(p: "Propagator", inst: Instruction) -> bool:
+def dot(p: "PropagatorInterface", inst: Instruction) -> bool:
     return infer_dot(p, inst, p.dot_dims(inst), "dot")
 
 
-def convolution(p: "Propagator", inst: Instruction) -> bool:
+def convolution(p: "PropagatorInterface", inst: Instruction) -> bool:
     dnums = p.dot_dims(inst)
 
     def spatial_parts(op: Instruction, k: int) -> int:
@@ -482,7 +482,7 @@ def convolution(p: "Propagator", inst: Instruction) -> bool:
 
 # -- gather / scatter -------------------------------------------------------------------------
 
-def _gather_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bool:
+def _gather_parallel(p: "PropagatorInterface", inst: Instruction, dims, label: str) -> bool:
     changed = False
     op, idx = inst.operands[0], inst.operands[1]
     if is_spatially_partitioned(op.sharding):
@@ -494,7 +494,7 @@ def _gather_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bo
     return changed
 
 
-def gather(p: "Propagator", inst: Instruction) -> bool:
+def gather(p: "PropagatorInterface", inst: Instruction) -> bool:
     changed = False
     explicit = gs.gather_explicit_batch_dims(inst)
     if explicit is not None:
@@ -514,7 +514,7 @@ def gather(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-def _scatter_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> bool:
+def _scatter_parallel(p: "PropagatorInterface", inst: Instruction, dims, label: str) -> bool:
     n = gs.scatter_count(inst)
     shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
     rank = shape.rank
@@ -535,7 +535,7 @@ def _scatter_parallel(p: "Propagator", inst: Instruction, dims, label: str) -> b
     return changed
 
 
-def scatter(p: "Propagator", inst: Instruction) -> bool:
+def scatter(p: "PropagatorInterface", inst: Instruction) -> bool:
     changed = False
     explicit = gs.scatter_explicit_batch_dims(inst)
     if explicit is not None:
@@ -560,7 +560,7 @@ def scatter(p: "Propagator", inst: Instruction) -> bool:
     return changed
 
 
-def custom_call(p: "Propagator", inst: Instruction) -> bool:
+def custom_call(p: "PropagatorInterface", inst: Instruction) -> bool:
     op = pick_representative(p, inst)
     if op is None or not is_spatially_partitioned(op.sharding):
         return False
@@ -570,7 +570,7 @@ def custom_call(p: "Propagator", inst: Instruction) -> bool:
 
 # -- batch norm (not in XLA's rules: its partitioner replicates these ops) ------------------
 
-def batch_norm(p: "Propagator", inst: Instruction) -> bool:
+def batch_norm(p: "PropagatorInterface", inst: Instruction) -> bool:
     """The normalized result follows the operand (or, for the grad, the output gradient);
     the per-feature results take the operand's sharding of the feature dim."""
     sources = [inst.operands[0]] + ([inst.operands[4]] if inst.opcode == "batch-norm-grad"

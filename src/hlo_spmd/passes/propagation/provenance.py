@@ -7,13 +7,10 @@ decision back to the user annotations it ultimately comes from.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 from hlo_spmd.records import FrozenRecord, Record
 from hlo_spmd.sharding import HloSharding
-
-if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation import PropagationResult
 
 # Why a candidate lost.
 NOT_FINER = "not finer"
@@ -104,7 +101,12 @@ class Recorder:
             d.alternatives.append(alt)
 
 
-def explain_chain(result: "PropagationResult", name: str) -> list[Decision]:
+class HasDecisions(Protocol):
+    """A propagation result (``PropagationResult``): its decisions by instruction name."""
+    decisions: Mapping[str, Decision]
+
+
+def explain_chain(result: HasDecisions, name: str) -> list[Decision]:
     """Decisions from ``name`` back through its sources to a user annotation (or default).
 
     Follows the first source of each decision; stops at a decision without sources

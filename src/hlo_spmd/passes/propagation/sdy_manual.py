@@ -21,7 +21,7 @@ from hlo_spmd.annotations.manual import (sdy_entry_refined_sharding, sdy_exit_lo
 from hlo_spmd.ir.instruction import Instruction
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
 SDY_GLOBAL_TO_LOCAL = "xla.sdy.GlobalToLocalShape"
 SDY_LOCAL_TO_GLOBAL = "xla.sdy.LocalToGlobalShape"
@@ -37,7 +37,7 @@ def is_sdy_boundary(inst: Instruction) -> bool:
                                                                         SDY_LOCAL_TO_GLOBAL)
 
 
-def refine_entry_from_operands(p: "Propagator", inst: Instruction) -> bool:
+def refine_entry_from_operands(p: "PropagatorInterface", inst: Instruction) -> bool:
     """The boundary's sharding with its open dims refined from its operands."""
     new = sdy_entry_refined_sharding(inst) if is_sdy_entry(inst) else \
         sdy_exit_refined_sharding(inst)
@@ -48,7 +48,7 @@ def refine_entry_from_operands(p: "Propagator", inst: Instruction) -> bool:
     return True
 
 
-def pin_exit_operands(p: "Propagator", inst: Instruction) -> None:
+def pin_exit_operands(p: "PropagatorInterface", inst: Instruction) -> None:
     """An exit's unsharded operands get the out_shardings' local (manual) view, as
     Shardy's export to XLA puts a ``Sharding`` custom-call with it before
     ``SPMDShardToFullShape``: a manual computation with no operands (JAX's axis_index

@@ -15,7 +15,7 @@ from hlo_spmd.sharding import (HloSharding, is_spatially_partitioned, merge_if_c
                                partial_replicate_all_except)
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
 
 class ShardGroups(Record):
@@ -70,7 +70,7 @@ def group_spec(s: HloSharding | None) -> tuple[int, bool] | None:
     return None if g is None else (g.id, g.shard_as)
 
 
-def infer_from_group(p: "Propagator", inst: Instruction, group: list[Instruction]) -> bool:
+def infer_from_group(p: "PropagatorInterface", inst: Instruction, group: list[Instruction]) -> bool:
     """InferShardingFromShardGroup."""
     if not bw.can_propagate_at_level(inst, p.level):
         return False
@@ -90,7 +90,7 @@ def infer_from_group(p: "Propagator", inst: Instruction, group: list[Instruction
     return changed
 
 
-def refine_open_dims_from_group(p: "Propagator", inst: Instruction, unspecified: tuple[int, ...],
+def refine_open_dims_from_group(p: "PropagatorInterface", inst: Instruction, unspecified: tuple[int, ...],
                                 group: list[Instruction]) -> bool:
     """InferUnspecifiedDimsFromShardGroup."""
     changed = False
@@ -106,7 +106,7 @@ def refine_open_dims_from_group(p: "Propagator", inst: Instruction, unspecified:
     return changed
 
 
-def align_shard_as(p: "Propagator", groups: ShardGroups) -> None:
+def align_shard_as(p: "PropagatorInterface", groups: ShardGroups) -> None:
     """Give every member of a ``shard_as`` group one common sharding."""
     for gid in sorted(groups.shard_as):
         members = groups.members[gid]

@@ -45,7 +45,7 @@ from hlo_spmd.passes.propagation import forward as fw
 from hlo_spmd.passes.propagation import graph as g
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
 _is = operator.is_
 _sharding = operator.attrgetter("sharding")
@@ -96,7 +96,7 @@ class UnchangedMemo:
     The fix point asks ``infer(inst, d, level)``: the inference of ``inst`` in direction
     ``d``, skipped when its inputs are those of its last no-change run."""
 
-    def __init__(self, p: "Propagator") -> None:
+    def __init__(self, p: "PropagatorInterface") -> None:
         self.p = p
         self.check = check_enabled()
         # id(inst) -> its entry, per direction (made on first ask).

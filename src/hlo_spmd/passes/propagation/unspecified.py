@@ -18,7 +18,7 @@ from hlo_spmd.sharding import (HloSharding, ShardingType, is_spatially_partition
                                merge_if_compatible, partial_replicate_all_except)
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.propagation.engine import Propagator
+    from hlo_spmd.passes.propagation.interface import PropagatorInterface
 
 Pair = tuple[HloSharding, HloSharding]
 
@@ -88,7 +88,7 @@ def _merge_manual(to_merge: HloSharding, dst: HloSharding) -> HloSharding | None
     return merge_if_compatible(to_merge, dst)
 
 
-def _conversion_after(p: "Propagator", annotate: Instruction, unspecified: tuple[int, ...],
+def _conversion_after(p: "PropagatorInterface", annotate: Instruction, unspecified: tuple[int, ...],
                       sort_user_dims: bool) -> tuple[bool, Instruction | None]:
     """(usable, the SPMDFullToShard/ShardToFull right after ``annotate`` if any)."""
     users = p.graph.users_of(annotate)
@@ -107,7 +107,7 @@ def _conversion_after(p: "Propagator", annotate: Instruction, unspecified: tuple
     return True, user
 
 
-def _apply(p: "Propagator", annotate: Instruction, conv: Instruction | None,
+def _apply(p: "PropagatorInterface", annotate: Instruction, conv: Instruction | None,
            source: HloSharding, unspecified: tuple[int, ...], operand_side: bool,
            rule: str, src: Instruction) -> bool:
     """Merge ``source`` into the annotation (and its boundary op) along open dims."""
@@ -137,7 +137,7 @@ def _apply(p: "Propagator", annotate: Instruction, conv: Instruction | None,
     return True
 
 
-def from_operand(p: "Propagator", annotate: Instruction,
+def from_operand(p: "PropagatorInterface", annotate: Instruction,
                  unspecified: tuple[int, ...]) -> tuple[bool, Instruction | None]:
     """InferUnspecifiedDimsFromOperand: (changed, boundary op refined with it)."""
     from hlo_spmd.passes.propagation import sdy_manual
@@ -155,7 +155,7 @@ def from_operand(p: "Propagator", annotate: Instruction,
     return changed, conv
 
 
-def from_users(p: "Propagator", annotate: Instruction, unspecified: tuple[int, ...],
+def from_users(p: "PropagatorInterface", annotate: Instruction, unspecified: tuple[int, ...],
                level: int) -> tuple[bool, Instruction | None]:
     """InferUnspecifiedDimsFromUsers: (changed, boundary op refined with it)."""
     from hlo_spmd.passes.propagation import sdy_manual
