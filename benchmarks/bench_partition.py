@@ -51,7 +51,7 @@ def rescale(text: str, n: int) -> str:
 
 def bench(size: str, n: int, repeat: int) -> dict:
     from hlo_spmd.ir.text_parser import parse_module
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
 
     text, meta = gen_modules.generate(gen_modules.parse_size(size))
     text = rescale(text, n)
@@ -60,7 +60,7 @@ def bench(size: str, n: int, repeat: int) -> dict:
         module = parse_module(text)
         gc.collect()
         t = time.perf_counter()
-        result = partition(module, n, verify=False)
+        result = partition_in_place(module, n, verify=False)
         times.append(time.perf_counter() - t)
         out_count = result.module.instruction_count()
     med = statistics.median(times)

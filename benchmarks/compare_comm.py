@@ -21,14 +21,14 @@ KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective
 
 def compare_fixture(path: str, options=None) -> dict:
     from hlo_spmd.ir.io import load_module, load_module_bytes, module_bytes
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
     from hlo_spmd.runtime.xla_reference import xla_partitioned_module
     from hlo_spmd.stats import module_stats
 
     meta = json.load(open(path[:-3] + ".json"))
     n = meta["num_partitions"]
     data = open(path, "rb").read()
-    ours = partition(load_module(path), n, options=options).module
+    ours = partition_in_place(load_module(path), n, options=options).module
     row = {"fixture": os.path.basename(path)[:-3], "n": n}
     a = module_stats(ours, n)
     row["ours"] = {k: (a.collectives[k].count, a.collectives[k].bytes_per_device) for k in KINDS}

@@ -53,7 +53,7 @@ def write(out_dir: Path, train_step: list[int]) -> int:
     from hlo_spmd.errors import HloSpmdError
     from hlo_spmd.ir.io import load_module, save_module
     from hlo_spmd.ir.text_printer import print_module
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
     import gen_train_step
 
     todo = cases()
@@ -69,7 +69,7 @@ def write(out_dir: Path, train_step: list[int]) -> int:
             module = load_module(path)
             if mesh is not None:
                 gen_train_step.rescale_mesh(module, *mesh)
-            result = partition(module, n)
+            result = partition_in_place(module, n)
             (out_dir / f"{name}.completed.hlo").write_text(print_module(module))
             save_module(result.module, str(base) + ".hlo")
             save_module(result.module, str(base) + ".pb")

@@ -17,7 +17,7 @@ import numpy as np
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes
 from hlo_spmd.ir.primitive_types import numpy_dtype
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.runtime import slicing
 from hlo_spmd.runtime.compile import compile_module
 from hlo_spmd.runtime.module_io import read_spmd_shardings, tile_form_shardings, to_proto_bytes
@@ -91,7 +91,7 @@ def compare_with_xla(text: str, n: int, seed: int = 0, rtol: float = 1e-4,
     """Partition ``text`` with hlo-spmd and with XLA, run both on ``n`` CPU devices on the
     same inputs; raise AssertionError on a difference. Returns our partition result."""
     original = load_module_bytes(text.encode())
-    result = partition(load_module_bytes(text.encode()), n)
+    result = partition_in_place(load_module_bytes(text.encode()), n)
     ours = module_bytes(result.module)
     xla_bytes = tile_form_shardings(to_proto_bytes(module_bytes(original)))
     rng = np.random.default_rng(seed)

@@ -75,13 +75,13 @@ def test_memory_no_more_than_xla(path):
     """The largest per-device array and the peak-live estimate (hlo_spmd.stats, the same
     rules on both programs) are no bigger than XLA's."""
     from hlo_spmd.ir.io import load_module, load_module_bytes
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
     from hlo_spmd.runtime.xla_reference import xla_partitioned_module
     from hlo_spmd.stats import module_stats
 
     name = os.path.basename(path)[:-3]
     n = json.load(open(path[:-3] + ".json"))["num_partitions"]
-    ours = module_stats(partition(load_module(path), n).module, n)
+    ours = module_stats(partition_in_place(load_module(path), n).module, n)
     try:
         xla = module_stats(load_module_bytes(xla_partitioned_module(open(path, "rb").read(), n),
                                              "xla"), n)

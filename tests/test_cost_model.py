@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hlo_spmd.ir.text_parser import parse_module
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, parse_sharding
 from hlo_spmd.stats import module_stats
@@ -17,7 +17,7 @@ from test_reshard_routes import build, cases  # shared builders and strategies
 
 
 def emitted_bytes(dims, src, dst, n) -> float:
-    out = partition(build(dims, src, dst), n, complete=True).module
+    out = partition_in_place(build(dims, src, dst), n, complete=True).module
     return module_stats(out, n).total_bytes_per_device
 
 
@@ -72,7 +72,7 @@ ENTRY main {{
     problem = Problem(DotDims.of(dot), (32, 24), (24, 16), parse_sharding(lhs),
                       parse_sharding(rhs), parse_sharding(out), 4, (4, 4, 4))
     planned = Planner().plan(problem).cost.bytes
-    result = partition(module, 4, complete=True)
+    result = partition_in_place(module, 4, complete=True)
     assert planned == pytest.approx(module_stats(result.module, 4).total_bytes_per_device)
 
 
@@ -111,7 +111,7 @@ ENTRY main {{
     problem = Problem(DotDims.of(dot), (32, 24), (24, 16), parse_sharding(lhs),
                       parse_sharding(rhs), parse_sharding(out), 4, sizes)
     planned = Planner().plan(problem).cost.bytes
-    result = partition(module, 4, complete=True)
+    result = partition_in_place(module, 4, complete=True)
     emitted = module_stats(result.module, 4).total_bytes_per_device
     assert emitted > 0
     assert planned == pytest.approx(emitted)

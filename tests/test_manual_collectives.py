@@ -10,7 +10,7 @@ import pytest
 
 from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.io import load_module_bytes
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 
 _ADD = """%add (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
@@ -32,7 +32,7 @@ ENTRY %e (x: f32[8,16]) -> f32[8,16] {
 
 
 def _partition(text: str, n: int):
-    return partition(load_module_bytes(text.encode()), n)
+    return partition_in_place(load_module_bytes(text.encode()), n)
 
 
 @pytest.mark.parametrize("op, fragment", [

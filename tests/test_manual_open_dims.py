@@ -12,7 +12,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 
@@ -24,7 +24,7 @@ def run(text: str, complete: bool):
     # A manual region runs only partitioned: XLA's own partitioner is the reference then.
     raw = module_bytes(module)
     original = raw if "SPMDFullToShardShape" in text else strip_shardings(raw)
-    result = partition(module, 8, complete=complete)
+    result = partition_in_place(module, 8, complete=complete)
     report = verify(original, module_bytes(result.module), 8, poison_padding=True)
     assert report.ok, str(report)
     return result.module

@@ -12,7 +12,7 @@ pytest.importorskip("jax")
 
 from _xla_compare import compare_with_xla  # noqa: E402
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import shard_pieces, verify  # noqa: E402
 from hlo_spmd.runtime.slicing import assemble  # noqa: E402
 
@@ -136,7 +136,7 @@ def test_unreduced_through_layout_constraint(n, param, root, collective):
     text = LAYOUT_CONSTRAINT.replace("PARAM", param).replace("sharding=ROOT",
                                                              f"sharding={root}")
     original = load_module_bytes(text.encode())
-    result = partition(load_module_bytes(text.encode()), n)
+    result = partition_in_place(load_module_bytes(text.encode()), n)
     report = verify(module_bytes(original), module_bytes(result.module), n,
                     poison_padding=True)
     assert report.ok, str(report)
@@ -198,7 +198,7 @@ ENTRY %main.21 (Arg_0.1: f32[4,4,8], Arg_1.2: f32[4,8]) -> (f32[4,4,8], f32[4]) 
 
 
 def test_custom_call_in_manual_region_runs_as_written():
-    result = partition(load_module_bytes(CUSTOM_CALL_MANUAL.encode()), 4)
+    result = partition_in_place(load_module_bytes(CUSTOM_CALL_MANUAL.encode()), 4)
     assert not result.report.replicated_fallbacks
     assert not result.report.unknown_custom_calls
     dummy = next(i for i in result.module.instructions() if i.custom_call_target == "dummy")

@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
 
@@ -73,7 +73,7 @@ def test_batch_norm_partitioned_matches(op, dims, f, s, fs, n):
     original = module_bytes(module)
     rng = np.random.RandomState(0)
     inputs = [rng.randn(*p.shape.dims).astype(np.float32) for p in module.entry.parameters]
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     assert not result.report.replicated_fallbacks, result.report.replicated_fallbacks
     out = result.module
     report = verify(original, module_bytes(out), n, inputs=inputs, poison_padding=True)
@@ -111,7 +111,7 @@ def test_layernorm_training_step_beats_xla():
     meta = json.load(open(path + ".json"))
     n = meta["num_partitions"]
     original = module_bytes(load_module(path + ".hlo"))
-    result = partition(load_module(path + ".hlo"), n)
+    result = partition_in_place(load_module(path + ".hlo"), n)
     assert result.report.replicated_fallbacks == []
     assert [r.message() for r in result.report.causes.remats] == []
     inputs = sidecar_inputs(meta)

@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import PartitionOptions, partition  # noqa: E402
+from hlo_spmd.passes.partition import PartitionOptions, partition_in_place  # noqa: E402
 from hlo_spmd.report import build_report  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -31,7 +31,7 @@ BIG = """
 def run(text: str, n: int, options: PartitionOptions | None = None):
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True, options=options)
+    result = partition_in_place(module, n, complete=True, options=options)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, str(report)
     return result
@@ -113,8 +113,8 @@ ENTRY main {
 
 def test_report_keeps_causes_and_bytes():
     text = partial_sums("{replicated}")
-    on = partition(parse_module(text), 4, complete=True)
-    off = partition(parse_module(text), 4, complete=True, options=OFF)
+    on = partition_in_place(parse_module(text), 4, complete=True)
+    off = partition_in_place(parse_module(text), 4, complete=True, options=OFF)
     a = build_report(on.module, on.report.causes, 4)
     b = build_report(off.module, off.report.causes, 4)
     assert {c: v["bytes_per_device"] for c, v in a["summary"]["by_cause"].items()} == \
@@ -128,8 +128,8 @@ def test_combining_never_raises_the_peak_of_a_fixture():
     # peak, so they stay apart.
     path = os.path.join(ROOT, "fixtures", "hlo", "mlp_windowed_weights.pb")
     n = json.load(open(path[:-3] + ".json"))["num_partitions"]
-    on = partition(load_module(path), n).module
-    off = partition(load_module(path), n, options=OFF).module
+    on = partition_in_place(load_module(path), n).module
+    off = partition_in_place(load_module(path), n, options=OFF).module
     assert module_stats(on, n).peak_live_bytes == module_stats(off, n).peak_live_bytes
     assert count(on, "all-gather") == count(off, "all-gather") == 2
 

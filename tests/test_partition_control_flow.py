@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import random_inputs, verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -26,7 +26,7 @@ R = "{replicated}"
 def partition_and_verify(text: str, n: int, inputs_list=(None,), **kw):
     module = parse_module(text, "test")
     original = strip_shardings(module_bytes(module))
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     for inputs in inputs_list:
         report = verify(original, module_bytes(result.module), n, inputs=inputs,
                         poison_padding=True, **kw)
@@ -397,7 +397,7 @@ def test_call_one_copy_per_sharding_signature(n):
 def test_fixture_partitions_and_verifies(name):
     path = FIXTURES / f"{name}.pb"
     original = path.read_bytes()
-    result = partition(load_module(path), 8, complete=False)
+    result = partition_in_place(load_module(path), 8, complete=False)
     report = verify(original, module_bytes(result.module), 8, poison_padding=True)
     assert report.ok, str(report)
     assert calls_of(result.module, "while" if name == "while_loop" else "conditional")

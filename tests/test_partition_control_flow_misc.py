@@ -12,7 +12,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.errors import PartitionError  # noqa: E402
 from hlo_spmd.runtime import random_inputs, run_partitioned_detailed, verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
@@ -32,7 +32,7 @@ def partition_and_verify(text: str, n: int, strip: bool = True, **kw):
     original = module_bytes(module)
     if strip:
         original = strip_shardings(original)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True, **kw)
     assert report.ok, str(report)
     return result
@@ -77,7 +77,7 @@ def test_non_manual_partition_id_is_refused_as_xla_does(sharding):
 
     text = PID.format(n=4, pid="u32[] partition-id()" + sharding)
     with pytest.raises(HloSpmdError) as e:
-        partition(parse_module(text, "pid"), 4, complete=False)
+        partition_in_place(parse_module(text, "pid"), 4, complete=False)
     msg = str(e.value)
     assert "instruction pid" in msg and "manual region" in msg and "\n" not in msg
 
@@ -115,7 +115,7 @@ ENTRY %main (x: f32[8,4]) -> f32[8,4] {
 def test_manual_region_keeps_partition_id_and_its_collectives():
     module = parse_module(MANUAL, "manual")
     original = module_bytes(module)
-    result = partition(module, 4, complete=True)
+    result = partition_in_place(module, 4, complete=True)
     report = verify(original, module_bytes(result.module), 4, poison_padding=True)
     assert report.ok, str(report)
     assert "XLA" in report.reference or "xla" in report.reference
@@ -156,7 +156,7 @@ ENTRY %main (x: f32[8]) -> f32[8] {
     # A tiled all-reduce across partitions has no meaning (XLA rejects it too); the
     # replicated one runs across the devices' copies (tests/test_manual_xla_reference.py).
     with pytest.raises(PartitionError, match="must be replicated"):
-        partition(parse_module(text, "t"), 2, complete=True)
+        partition_in_place(parse_module(text, "t"), 2, complete=True)
 
 
 # -- tokens and barriers ------------------------------------------------------------------------
@@ -222,7 +222,7 @@ ENTRY %main (x: f32[8,4]) -> f32[8,4] {{
 
 
 def test_replicated_rng_is_drawn_once_and_broadcast():
-    module = partition(parse_module(_rng_module("{replicated}"), "rng"), 4, complete=True).module
+    module = partition_in_place(parse_module(_rng_module("{replicated}"), "rng"), 4, complete=True).module
     (rng,) = [i for i in module.instructions() if i.opcode == "rng"]
     assert list(rng.shape.dims) == [8, 4]
     # Device 0's draw to everyone: one collective (a reduce-scatter where only the
@@ -237,8 +237,8 @@ def test_replicated_rng_is_drawn_once_and_broadcast():
 
 
 def test_tiled_rng_draws_local_tiles_without_communication():
-    module = partition(parse_module(_rng_module("{devices=[4,1]<=[4]}"), "rng"), 4,
-                       complete=True).module
+    module = partition_in_place(parse_module(_rng_module("{devices=[4,1]<=[4]}"), "rng"), 4,
+                                complete=True).module
     (rng,) = [i for i in module.instructions() if i.opcode == "rng"]
     assert list(rng.shape.dims) == [2, 4]
     assert module_stats(module).total_count == 0
@@ -255,7 +255,7 @@ ENTRY %main (x: f32[8]) -> f32[8] {
   ROOT %y = f32[8]{0} negate(%cb), sharding={devices=[4]<=[4]}
 }
 """
-    module = partition(parse_module(text, "effect"), 4, complete=True).module
+    module = partition_in_place(parse_module(text, "effect"), 4, complete=True).module
     calls = [i for i in module.instructions() if i.opcode == "custom-call"]
     assert len(calls) == 1
     branch = calls[0].parent

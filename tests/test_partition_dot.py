@@ -2,7 +2,7 @@
 choice, uneven dims.
 
 Every module is annotated on every instruction, partitioned with
-``partition(module, n, complete=True)`` and run on n host CPU devices against the
+``partition_in_place(module, n, complete=True)`` and run on n host CPU devices against the
 unpartitioned original with poisoned padding (``verify``). Canonical cases also pin the
 collectives the strategy needs; the geometry helpers and the planner are tested directly.
 """
@@ -24,7 +24,7 @@ ensure_host_devices(8)  # before jax creates its backends
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.ir.text_printer import print_instruction  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.partition.handlers import dot_dims as dd  # noqa: E402
 from hlo_spmd.passes.partition.handlers.dot_plan import Planner, Problem  # noqa: E402
 from hlo_spmd.sharding import (HloSharding, group_by_dims, parse_sharding,  # noqa: E402
@@ -61,7 +61,7 @@ def run(text: str, n: int, check: bool = True):
 
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     if check:
         report = verify(original, module_bytes(result.module), n, poison_padding=True)
         assert report.ok, f"{report}\nplans: {getattr(result.report, 'dot_plans', None)}"
@@ -360,8 +360,8 @@ def _scaling_cases(n: int, x: int, y: int) -> list[str]:
 
 @pytest.mark.parametrize("index", range(7))
 def test_instruction_count_independent_of_device_count(index):
-    small = partition(parse_module(_scaling_cases(8, 2, 4)[index]), 8, complete=True)
-    large = partition(parse_module(_scaling_cases(64, 8, 8)[index]), 64, complete=True)
+    small = partition_in_place(parse_module(_scaling_cases(8, 2, 4)[index]), 8, complete=True)
+    large = partition_in_place(parse_module(_scaling_cases(64, 8, 8)[index]), 64, complete=True)
     n_small = len(small.module.entry.instructions)
     n_large = len(large.module.entry.instructions)
     assert n_large == n_small, (plans(small), plans(large))
@@ -376,7 +376,7 @@ def test_fixtures(name):
     path = FIXTURES / f"{name}.pb"
     module = load_module(path)
     original = module_bytes(module)
-    result = partition(load_module(path), complete=False)
+    result = partition_in_place(load_module(path), complete=False)
     assert result.num_partitions == 8
     report = verify(original, module_bytes(result.module), 8, poison_padding=True)
     assert report.ok, f"{report}\nplans: {plans(result)}"

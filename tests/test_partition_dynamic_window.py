@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -35,7 +35,7 @@ def test_short_window_is_summed_from_tiles(rows, s, n, start):
     text = module(rows, s, f"{{devices=[{n},1]<=[{n}]}}", "{replicated}")
     m = parse_module(text)
     original = module_bytes(m)
-    out = partition(m, n, complete=True).module
+    out = partition_in_place(m, n, complete=True).module
     rng = np.random.RandomState(0)
     inputs = [rng.randn(rows, 6).astype(np.float32), np.int32(start), np.int32(start % 5 - 1)]
     report = verify(original, module_bytes(out), n, inputs=inputs, poison_padding=True)
@@ -51,7 +51,7 @@ def test_two_dim_sharding_and_sharded_result():
     text = module(32, 4, "{devices=[4,2]<=[8]}", "{devices=[1,1,8]<=[8] last_tile_dim_replicate}")
     m = parse_module(text)
     original = module_bytes(m)
-    out = partition(m, 8, complete=True).module
+    out = partition_in_place(m, 8, complete=True).module
     report = verify(original, module_bytes(out), 8, poison_padding=True)
     assert report.ok, str(report)
 
@@ -60,6 +60,6 @@ def test_long_window_still_gathers_when_cheaper():
     text = module(16, 14, "{devices=[8,1]<=[8]}", "{replicated}")
     m = parse_module(text)
     original = module_bytes(m)
-    out = partition(m, 8, complete=True).module
+    out = partition_in_place(m, 8, complete=True).module
     assert verify(original, module_bytes(out), 8, poison_padding=True).ok
     assert "all-gather" in {i.opcode for i in out.instructions()}

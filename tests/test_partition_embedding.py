@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, load_module_bytes, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import run_unpartitioned, verify  # noqa: E402
 from hlo_spmd.runtime.inputs import sidecar_inputs  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
@@ -37,7 +37,7 @@ def _meta(name):
 @pytest.mark.parametrize("name", NO_FALLBACK)
 def test_no_full_rematerialization_and_no_replicated_op(name):
     meta = _meta(name)
-    result = partition(load_module(os.path.join(HLO, name + ".pb")), meta["num_partitions"])
+    result = partition_in_place(load_module(os.path.join(HLO, name + ".pb")), meta["num_partitions"])
     assert result.report.replicated_fallbacks == []
     assert [r.message() for r in result.report.causes.remats] == []
 
@@ -47,7 +47,7 @@ def test_training_step_runs_right_and_moves_every_output(name):
     meta = _meta(name)
     n = meta["num_partitions"]
     original = open(os.path.join(HLO, name + ".pb"), "rb").read()
-    out = partition(load_module(os.path.join(HLO, name + ".pb")), n).module
+    out = partition_in_place(load_module(os.path.join(HLO, name + ".pb")), n).module
     inputs = sidecar_inputs(meta)
     report = verify(original, module_bytes(out), n, inputs=inputs, poison_padding=True)
     assert report.ok, str(report)
@@ -69,7 +69,7 @@ def test_no_more_bytes_nor_larger_array_than_xla(name):
     # The Shardy export is compared with XLA's program for its classic twin (XLA's GSPMD
     # partitioner refuses xla.sdy custom-calls).
     ref = name[len("shardy_"):] if name.startswith("shardy_") else name
-    ours = module_stats(partition(load_module(os.path.join(HLO, name + ".pb")), n).module, n)
+    ours = module_stats(partition_in_place(load_module(os.path.join(HLO, name + ".pb")), n).module, n)
     data = open(os.path.join(HLO, ref + ".pb"), "rb").read()
     xla = module_stats(load_module_bytes(xla_partitioned_module(data, n), "xla"), n)
     assert ours.total_bytes_per_device <= xla.total_bytes_per_device + 1e-6, (

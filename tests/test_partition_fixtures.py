@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.inputs import sidecar_inputs  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_fixture_partitions_and_matches(path, n, meta):
     original = open(os.path.join(os.path.dirname(path), ref + ".pb") if ref else path,
                     "rb").read()
     module = load_module(path)
-    result = partition(module, n)
+    result = partition_in_place(module, n)
     if meta.get("partition_only"):
         pytest.skip("too large to run on CPU; partitioned only (see the scale test)")
     assert result.num_partitions == n
@@ -59,7 +59,7 @@ def test_instruction_count_does_not_grow_with_devices():
     for n, (a, b) in ((8, (2, 4)), (2048, (32, 64))):
         module = load_module(path)
         _rescale_mesh(module, {2: a, 4: b, 8: a * b})
-        out = partition(module, n).module
+        out = partition_in_place(module, n).module
         counts[n] = out.instruction_count()
         collectives[n] = sorted(i.opcode for i in out.instructions()
                                 if i.opcode in ("all-reduce", "all-gather", "reduce-scatter",
@@ -88,7 +88,7 @@ def test_mesh_fixture_on_fewer_devices(name, devices, mesh):
     module = load_module(path)
     a, b = mesh
     _rescale_mesh(module, {2: a, 4: b, 8: a * b})
-    out = partition(module, devices).module
+    out = partition_in_place(module, devices).module
     report = verify(original, module_bytes(out), devices, inputs=sidecar_inputs(meta),
                     poison_padding=True)
     assert report.ok, str(report)
@@ -112,7 +112,7 @@ def test_window_fixture_on_fewer_devices(name, devices):
     else:
         a, b = (1, 2) if devices == 2 else (2, 2)
         _rescale_mesh(module, {2: a, 4: b, 8: a * b})
-    out = partition(module, devices).module
+    out = partition_in_place(module, devices).module
     report = verify(original, module_bytes(out), devices, inputs=sidecar_inputs(meta),
                     poison_padding=True)
     assert report.ok, str(report)
@@ -126,7 +126,7 @@ def test_debug_mode_verifies_after_every_pass(monkeypatch):
     real = verifier.verify_module
     monkeypatch.setattr(verifier, "verify_module", lambda m, **kw: (calls.append(1), real(m, **kw)))
     monkeypatch.setenv("HLO_SPMD_DEBUG", "1")
-    partition(load_module(os.path.join(ROOT, "fixtures", "hlo", "mlp_dp.pb")), 8)
+    partition_in_place(load_module(os.path.join(ROOT, "fixtures", "hlo", "mlp_dp.pb")), 8)
     assert len(calls) == 3  # after inlining, after completion, on the output
 
 
@@ -139,7 +139,7 @@ def test_handwritten_fixture_partitions_and_matches(path):
     meta = json.load(open(path[:-4] + ".json"))
     n = meta["num_partitions"]
     original = module_bytes(load_module(path))
-    out = partition(load_module(path), n).module
+    out = partition_in_place(load_module(path), n).module
     report = verify(original, module_bytes(out), n, inputs=sidecar_inputs(meta),
                     poison_padding=True)
     assert report.ok, str(report)
@@ -150,7 +150,7 @@ def test_fully_manual_ops_run_as_written():
     a per-handler special case); the region still verifies on XLA above."""
     path = os.path.join(ROOT, "fixtures", "hlo", "handwritten", "manual_region.hlo")
     module = load_module(path)
-    result = partition(module, json.load(open(path[:-4] + ".json"))["num_partitions"])
+    result = partition_in_place(module, json.load(open(path[:-4] + ".json"))["num_partitions"])
     manual = [i.name for i in module.instructions()
               if i.sharding is not None and i.sharding.is_manual and i.opcode != "custom-call"
               and i.opcode != "parameter" and not i.called_computations

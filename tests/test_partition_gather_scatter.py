@@ -13,7 +13,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -70,7 +70,7 @@ def check(text, n, *, vs_xla=True, replicated_ok=False):
     module = parse_module(text)
     original = module_bytes(module)
     inputs = inputs_for(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     out = result.module
     if not replicated_ok:
         assert not [f for f in result.report.replicated_fallbacks

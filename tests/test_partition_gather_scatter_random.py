@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hlo_spmd.ir.io import module_bytes, module_text
 from hlo_spmd.ir.text_parser import parse_module
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.runtime import verify
 
 pytest.importorskip("jax")
@@ -193,7 +193,7 @@ def run_case(n: int, text: str) -> None:
     module = parse_module(text)
     original = module_bytes(module)
     inputs = _inputs(module, 0)
-    result = partition(module, n)
+    result = partition_in_place(module, n)
     report = verify(original, module_bytes(result.module), n, inputs=inputs,
                     poison_padding=True)
     assert report.ok, f"on {n} devices\n{report}\n{text}\n{module_text(result.module)}"

@@ -14,7 +14,7 @@ ensure_host_devices(8)
 from hlo_spmd.errors import HloSpmdError  # noqa: E402
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 
 # Manual over y (4), x (2) automatic; the partition-id carries the region's sharding.
 PARTIAL = r"""
@@ -42,7 +42,7 @@ def test_partially_manual_partition_id_is_refused(pid_sharding, where):
     manual subgroup reaches it, it is replicated): a one-line error naming it."""
     module = parse_module(PARTIAL.replace("PID_SHARDING", pid_sharding), "m")
     with pytest.raises(HloSpmdError) as e:
-        partition(module, 8)
+        partition_in_place(module, 8)
     msg = str(e.value)
     assert "instruction pid" in msg and where in msg and "\n" not in msg
 

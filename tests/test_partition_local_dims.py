@@ -8,7 +8,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
@@ -65,7 +65,7 @@ ENTRY %main (x: f32[{rows},{cols}]) -> (f32[{rows},3], s32[{rows},3]) {{
 def run(text, n):
     module = parse_module(text)
     original = module_bytes(module)
-    out = partition(module, n, complete=True).module
+    out = partition_in_place(module, n, complete=True).module
     report = verify(original, module_bytes(out), n, poison_padding=True)
     assert report.ok, str(report)
     return {i.opcode for i in out.instructions()} & COLLECTIVES

@@ -23,7 +23,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import random_inputs, verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 from test_partition_random_convs import sharding_text  # noqa: E402
@@ -158,7 +158,7 @@ def check_program(text: str, n: int, dtype: str, nb: int, sel_t: str) -> None:
     # The reference runs without annotations: jaxlib's import of a while over a nested
     # tuple mis-assigns the tuple's leaf shardings (an XLA-side quirk of the 1-device run).
     original = strip_shardings(module_bytes(module))
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     x = random_inputs([(module.entry.parameters[0].shape.dims, np.float32)], seed=n)[0]
     if dtype == "bf16":
         import ml_dtypes

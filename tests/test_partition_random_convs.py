@@ -28,7 +28,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import random_inputs  # noqa: E402
 from hlo_spmd.runtime.compare import compare  # noqa: E402
 from hlo_spmd.runtime.run import run_partitioned_detailed, run_unpartitioned  # noqa: E402
@@ -173,7 +173,7 @@ ENTRY %main (x: {shape(lhs)}, k: {shape(rhs)}) -> {shape(out)} {{
 def check_conv(text: str, n: int, dtype: str, reduction: int, seed: int = 0) -> None:
     module = parse_module(text, "random_conv")
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     inputs = random_inputs([(p.shape.dims, np.float32) for p in module.entry.parameters],
                            seed=seed)
     if dtype == "bf16":

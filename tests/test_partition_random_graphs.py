@@ -24,7 +24,7 @@ from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.module import Module  # noqa: E402
 from hlo_spmd.ir.primitive_types import PrimitiveType  # noqa: E402
 from hlo_spmd.ir.shape import Shape  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.sharding import HloSharding, TileAssignment  # noqa: E402
 
@@ -142,7 +142,7 @@ def graphs(draw, annotate_all: bool = True):
 
 def _check(module: Module, n: int, complete: bool) -> None:
     original = module_bytes(module)
-    result = partition(module, n, complete=complete)
+    result = partition_in_place(module, n, complete=complete)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, f"\n{report}\n{module_text(module)}"
 

@@ -24,7 +24,7 @@ pytest.importorskip("jax")
 
 from _xla_compare import compare_with_xla  # noqa: E402
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 
 SUM = """sum {
@@ -263,7 +263,7 @@ keep{k} {{
 
 def _check_unreduced(text: str, n: int) -> None:
     original = load_module_bytes(text.encode())
-    result = partition(load_module_bytes(text.encode()), n)
+    result = partition_in_place(load_module_bytes(text.encode()), n)
     report = verify(module_bytes(original), module_bytes(result.module), n,
                     poison_padding=True)
     assert report.ok, f"\n{report}\n{text}"

@@ -17,7 +17,7 @@ pytest.importorskip("jax")
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.primitive_types import PrimitiveType  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.partition.handlers.reduce import (identity_value,  # noqa: E402
                                                       reduced_sharding, reducer_opcode,
                                                       reduction_groups)
@@ -30,7 +30,7 @@ from hlo_spmd.stats import module_stats  # noqa: E402
 def partition_and_verify(text: str, n: int, **kw):
     module = parse_module(text, "test")
     original = strip_shardings(module_bytes(module))
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True, **kw)
     assert report.ok, str(report)
     assert not [f for f in result.report.replicated_fallbacks if f[1] == "reduce"]

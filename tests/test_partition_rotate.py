@@ -10,7 +10,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -21,7 +21,7 @@ COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 def check(text, n):
     module = parse_module(text)
     original = module_bytes(module)
-    out = partition(module, n, complete=True).module
+    out = partition_in_place(module, n, complete=True).module
     report = verify(original, module_bytes(out), n, poison_padding=True)
     assert report.ok, str(report)
     ours = module_stats(out, n).total_bytes_per_device

@@ -67,10 +67,10 @@ FIXTURES = [p for p in sorted(glob.glob(os.path.join(ROOT, "fixtures", "hlo", "*
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p)[:-3])
 def test_sinking_never_raises_the_peak(path, monkeypatch):
-    from hlo_spmd.passes.partition import partition, tidy
+    from hlo_spmd.passes.partition import partition_in_place, tidy
 
     n = json.load(open(path[:-3] + ".json"))["num_partitions"]
-    sunk = module_stats(partition(load_module(path), n).module, n).peak_live_bytes
+    sunk = module_stats(partition_in_place(load_module(path), n).module, n).peak_live_bytes
     monkeypatch.setattr(tidy, "sink_to_first_use", lambda comp: False)
-    kept = module_stats(partition(load_module(path), n).module, n).peak_live_bytes
+    kept = module_stats(partition_in_place(load_module(path), n).module, n).peak_live_bytes
     assert sunk <= kept

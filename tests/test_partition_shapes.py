@@ -12,7 +12,7 @@ import pytest
 from hlo_spmd.ir.io import module_bytes, module_text
 from hlo_spmd.ir.text_parser import parse_module
 from hlo_spmd.ir.verifier import verify_module
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.runtime import random_inputs, entry_signature, verify
 from hlo_spmd.sharding import HloSharding, reshape_sharding, reverse_sharding
 
@@ -48,7 +48,7 @@ def partition_text(text: str, n: int):
     module = parse_module(text)
     verify_module(module)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     return original, result
 
 

@@ -17,7 +17,7 @@ from hlo_spmd.ir.io import module_bytes, module_text
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.primitive_types import PrimitiveType as PT
 from hlo_spmd.ir.shape_inference import array_shape
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.runtime import verify
 from hlo_spmd.sharding import HloSharding
@@ -217,7 +217,7 @@ def chains(draw, max_steps: int = 4, max_dim: int = 9):
 def run_chain(c: Chain) -> None:
     original = module_bytes(c.module)
     text = module_text(c.module)
-    result = partition(c.module, c.n, complete=True)
+    result = partition_in_place(c.module, c.n, complete=True)
     assert not result.report.replicated_fallbacks, (result.report.replicated_fallbacks, text)
     report = verify(original, module_bytes(result.module), c.n, poison_padding=True)
     assert report.ok, f"ops {c.ops} on {c.n} devices\n{report}\n{text}\n" \

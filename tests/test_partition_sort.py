@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -35,7 +35,7 @@ CMP = """
 def check(text, n, *, ties=False, vs_xla=True):
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     out = result.module
     assert not [f for f in result.report.replicated_fallbacks
                 if f[1] in ("sort", "topk", "custom-call")], result.report.replicated_fallbacks

@@ -12,7 +12,7 @@ from hlo_spmd.collectives.cost import bytes_per_device  # noqa: E402
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.passes.dot_conv_dims import WindowDim  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -45,7 +45,7 @@ GE = """
 def run(text: str, n: int) -> dict[str, int]:
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, str(report)
     counts: dict[str, int] = {}
@@ -126,7 +126,7 @@ def test_windows_of_a_whole_operand_are_cut_before_padding(pad):
     text = conv(f"2,{h},3,4", f"{kh},1,4,8", f"2,{h},3,8", f"size={kh}x1 pad={pad}x0_0",
                 "b01f_01io->b01f", R, R, "{devices=[1,4,1,1]<=[4]}")
     run(text, 4)
-    out = partition(parse_module(text), 4, complete=True).module
+    out = partition_in_place(parse_module(text), 4, complete=True).module
     assert module_stats(out, 4).largest_array.bytes <= 2 * h * 3 * 8 * 4
     pads = [i for i in out.instructions() if i.opcode == "pad"]
     assert all(p.shape.dims[1] < h + lo + hi for p in pads), [str(p.shape) for p in pads]
@@ -172,7 +172,7 @@ def run_bytes(text: str, n: int) -> tuple[dict[str, int], float, float]:
     partitioned module sends."""
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, str(report)
     stats = module_stats(result.module, n)

@@ -121,7 +121,7 @@ def _fixture_cases():
 
 @pytest.mark.parametrize("path,n", list(_fixture_cases()))
 def test_no_duplicate_collectives_in_fixture_outputs(path, n):
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
 
-    out = partition(load_module(path), n).module
+    out = partition_in_place(load_module(path), n).module
     assert duplicate_collectives(out) == []

@@ -32,7 +32,7 @@ from hlo_spmd.ir.module import Module  # noqa: E402
 from hlo_spmd.ir.primitive_types import PrimitiveType, numpy_dtype  # noqa: E402
 from hlo_spmd.ir.shape import Shape  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  # noqa: E402
                                                PartitionReport)
 from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402
@@ -80,7 +80,7 @@ def run_case(dims, src, dst, n, et=PrimitiveType.F32):
     src = parse_sharding(src) if isinstance(src, str) else src
     dst = parse_sharding(dst) if isinstance(dst, str) else dst
     module = build(dims, src, dst, et)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     counts = collective_counts(result.module)
     x = inputs_for(dims, et)
     out = rt.run_partitioned(module_bytes(result.module), [x], n, poison_padding=True,
@@ -384,7 +384,7 @@ def verify_partitioned(module: Module, n: int) -> Module:
     """Partition ``module`` (every instruction annotated) and check it on XLA against the
     unpartitioned module with poisoned padding; returns the partitioned module."""
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = rt.verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, f"{report}\n{module_text(result.module)}"
     return result.module

@@ -463,7 +463,7 @@ ENTRY main {
 def test_partitioner_output_without_parameters_verifies():
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd.ir.text_parser import parse_module
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
 
     module = parse_module("""
 HloModule no_params
@@ -474,6 +474,6 @@ ENTRY main {
 }
 """)
     original = module_bytes(module)
-    partitioned = module_bytes(partition(module, 2, complete=True).module)
+    partitioned = module_bytes(partition_in_place(module, 2, complete=True).module)
     report = rt.verify(original, partitioned, 2, poison_padding=True)
     assert report.ok, str(report)

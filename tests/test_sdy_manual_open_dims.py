@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 
 # a is tiled z-major-then-x on dim 0 (not the mesh order) and y on dim 1; the manual
@@ -70,7 +70,7 @@ ZX = '{\\"z\\", \\"x\\"}'
 def test_open_boundary_dims_take_the_operand_tiling(entry, exit_, result, expected):
     text = MODULE.replace("ENTRY,", entry + ",").replace("EXIT,", exit_ + ",") \
         .replace("RESULT,", result + ",")
-    out = partition(parse_module(text, "m"), 8).module
+    out = partition_in_place(parse_module(text, "m"), 8).module
     found = sorted(i.opcode for i in out.instructions() if i.opcode in COLLECTIVES)
     assert found == expected
     body = [c for c in out.computations if c.name == "body"][0]

@@ -64,12 +64,12 @@ def test_barrier_backward(direction, passes):
 
 def test_barrier_partitions_and_runs():
     pytest.importorskip("jax")
-    from hlo_spmd.passes.partition import partition
+    from hlo_spmd.passes.partition import partition_in_place
     from hlo_spmd.runtime import verify
 
     text = BARRIER.replace("DIR", "FORWARD").replace("X_SHARDING", "{devices=[2,4]<=[8]}") \
         .replace(", sharding=C_SHARDING", "")
-    out = partition(load_module_bytes(text.encode()), 8).module
+    out = partition_in_place(load_module_bytes(text.encode()), 8).module
     # The reference: the same module with the barrier as a plain copy (XLA's own
     # compiler does not know Shardy's custom-calls without Shardy).
     plain = text.replace('custom-call(%s), custom_call_target="xla.sdy.PropagationBarrier", '

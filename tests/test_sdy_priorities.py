@@ -17,7 +17,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.propagation import propagate  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_pass_dumps  # noqa: E402
@@ -73,7 +73,7 @@ def test_priorities_change_the_result_and_keep_annotations():
 def test_priorities_partition_and_match():
     meta = json.loads(PATH.with_suffix(".json").read_text())
     original = module_bytes(load_module(str(PATH)))
-    out = partition(load_module(str(PATH)), 8).module
+    out = partition_in_place(load_module(str(PATH)), 8).module
     report = verify(original, module_bytes(out), 8, poison_padding=True)
     assert report.ok, str(report)
     assert meta["num_partitions"] == 8

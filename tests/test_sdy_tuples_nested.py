@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 
@@ -41,7 +41,7 @@ ENTRY %main (args: (f32[8,16], f32[16,8]), b: f32[8]) -> (f32[8,8], f32[8,16]) {
 def test_tuple_parameter_with_per_value_shardy_sharding():
     """xla.sdy.sharding on a tuple-shaped parameter: one sharding per leaf, each leaf
     partitioned by its own; the results by FuncResultSharding's per-value list."""
-    result = partition(parse_module(TUPLE_PARAM, "t"), 8)
+    result = partition_in_place(parse_module(TUPLE_PARAM, "t"), 8)
     args = result.module.entry.parameters[0]
     assert [list(s.dims) for s in args.shape.tuple_shapes] == [[4, 4], [4, 8]]
     # XLA's import refuses frontend attributes on a tuple parameter it flattens, so the
@@ -56,7 +56,7 @@ def test_tuple_parameter_with_per_value_shardy_sharding():
 
 def test_tuple_args_attribute_partitions_each_element():
     path = FIX / "handwritten" / "shardy_tuple_args.hlo"
-    out = partition(load_module(str(path)), 8).module
+    out = partition_in_place(load_module(str(path)), 8).module
     args = out.entry.parameters[0]
     assert [list(s.dims) for s in args.shape.tuple_shapes] == [[4, 4], [4, 8]]
     report = verify(module_bytes(load_module(str(path))), module_bytes(out), 8,
@@ -68,7 +68,7 @@ def test_tuple_args_attribute_partitions_each_element():
 def test_nested_manual_computations_match_the_classic_twin(name):
     """shard_map over x inside shard_map over y: the inner psum runs over x groups inside
     each y group, and the Shardy export computes what the classic one does."""
-    out = partition(load_module(str(FIX / f"{name}.pb")), 8).module
+    out = partition_in_place(load_module(str(FIX / f"{name}.pb")), 8).module
     reference = (FIX / "nested_shard_map.pb").read_bytes()
     report = verify(reference, module_bytes(out), 8, poison_padding=True)
     assert report.ok, str(report)

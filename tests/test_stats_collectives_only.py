@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hlo_spmd.ir.io import load_module
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.stats import module_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +19,7 @@ CASES = ["transformer_train_step", "pipeline_shift", "while_loop"]
 def test_collectives_only_stats_match_the_full_ones(name):
     path = os.path.join(ROOT, "fixtures", "hlo", f"{name}.pb")
     meta = json.load(open(path[:-3] + ".json"))
-    out = partition(load_module(path), meta["num_partitions"]).module
+    out = partition_in_place(load_module(path), meta["num_partitions"]).module
     full = module_stats(out, meta["num_partitions"])
     quick = module_stats(out, meta["num_partitions"], memory=False)
     assert quick.records == full.records and quick.records

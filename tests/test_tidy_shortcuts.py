@@ -14,7 +14,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.ir.text_parser import parse_module
-from hlo_spmd.passes.partition import partition
+from hlo_spmd.passes.partition import partition_in_place
 from hlo_spmd.passes.partition import combine, tidy
 
 SCALAR = Shape.array(PrimitiveType.F32, [])
@@ -133,16 +133,16 @@ def checked(monkeypatch):
 
 @pytest.mark.parametrize("text", [_sum_of_dots(2), _sum_of_dots(4)])
 def test_rewrites_drop_exactly_what_the_liveness_walk_drops(checked, text):
-    partition(parse_module(text), 4, complete=True)
+    partition_in_place(parse_module(text), 4, complete=True)
     assert checked["dead"] >= 1 and checked["sort"] >= 1
 
 
 def test_reduce_scatter_rewrite_sorts_and_drops_as_the_full_walks(checked):
-    result = partition(parse_module(TRANSPOSED), 4, complete=True)
+    result = partition_in_place(parse_module(TRANSPOSED), 4, complete=True)
     assert any(i.opcode == "reduce-scatter" for i in result.module.instructions())
 
 
 def test_combined_order_from_a_settled_prefix_is_the_full_walk(checked):
-    result = partition(parse_module(_partial_sums(4)), 4, complete=True)
+    result = partition_in_place(parse_module(_partial_sums(4)), 4, complete=True)
     assert sum(1 for i in result.module.instructions() if i.opcode == "all-reduce") == 1
     assert checked["in_order"] >= 1  # (the walk from its settled prefix was compared)

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.propagation import propagate  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.sharding import HloSharding, parse_sharding  # noqa: E402
@@ -39,7 +39,7 @@ ENTRY %e (a: f32[8,32], b: f32[32,16]) -> f32[8,16] {
 
 def _run(text: str, n: int):
     original = load_module_bytes(text.encode())
-    out = partition(load_module_bytes(text.encode()), n).module
+    out = partition_in_place(load_module_bytes(text.encode()), n).module
     report = verify(module_bytes(original), module_bytes(out), n, poison_padding=True)
     assert report.ok, str(report)
     return [i.opcode for i in out.instructions()]

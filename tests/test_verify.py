@@ -16,7 +16,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hlo"
@@ -44,7 +44,7 @@ ENTRY main {
 def partitioned(text: str, n: int) -> tuple[bytes, bytes]:
     module = parse_module(text)
     original = module_bytes(module)
-    return original, module_bytes(partition(module, n).module)
+    return original, module_bytes(partition_in_place(module, n).module)
 
 
 def test_s64_indices_run_as_they_are():
@@ -103,7 +103,7 @@ def partition_text(name: str, n: int = 8) -> tuple[bytes, str]:
     from hlo_spmd.ir.io import load_module, module_text
 
     src = FIXTURES / f"{name}.pb"
-    return src.read_bytes(), module_text(partition(load_module(src), n).module)
+    return src.read_bytes(), module_text(partition_in_place(load_module(src), n).module)
 
 
 def mutate(text: str, pattern: str, repl) -> str:
@@ -297,7 +297,7 @@ def check_two_processes(chosen, at_least: int) -> None:
     for path, n, meta in _fixtures_with_collectives():
         if not chosen(path.stem):
             continue
-        out = partition(load_module(path), n).module
+        out = partition_in_place(load_module(path), n).module
         kinds = {i.opcode for i in out.instructions() if i.opcode in COLLECTIVES}
         if kinds:
             ref = meta.get("reference")

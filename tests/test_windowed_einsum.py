@@ -13,7 +13,7 @@ import pytest
 
 from hlo_spmd.ir.io import load_module, module_bytes
 from hlo_spmd.ir.text_parser import parse_module
-from hlo_spmd.passes.partition import PartitionOptions, partition
+from hlo_spmd.passes.partition import PartitionOptions, partition_in_place
 from hlo_spmd.runtime import verify
 from hlo_spmd.runtime.inputs import sidecar_inputs
 from hlo_spmd.stats import module_stats
@@ -33,10 +33,10 @@ def test_fixture_windowed_matches_and_lowers_peak(bidirectional):
     meta = json.load(open(FIXTURE[:-3] + ".json"))
     n = meta["num_partitions"]
     original = open(FIXTURE, "rb").read()
-    plain = partition(load_module(FIXTURE), n).module
+    plain = partition_in_place(load_module(FIXTURE), n).module
     opts = PartitionOptions(windowed_einsum_threshold_mib=0.1,
                             windowed_einsum_bidirectional=bidirectional)
-    windowed = partition(load_module(FIXTURE), n, options=opts).module
+    windowed = partition_in_place(load_module(FIXTURE), n, options=opts).module
     ops = _opcodes(windowed)
     assert "all-gather" not in ops and ops.count("while") == 2
     report = verify(original, module_bytes(windowed), n, inputs=sidecar_inputs(meta),
@@ -76,7 +76,7 @@ def test_windowed_dot_runs(text, bidirectional):
     original = module_bytes(parse_module(text))
     opts = PartitionOptions(windowed_einsum_threshold_mib=0.0,
                             windowed_einsum_bidirectional=bidirectional)
-    out = partition(parse_module(text), 8, options=opts).module
+    out = partition_in_place(parse_module(text), 8, options=opts).module
     ops = _opcodes(out)
     assert "while" in ops and "all-gather" not in ops
     report = verify(original, module_bytes(out), 8, poison_padding=True)
@@ -85,7 +85,7 @@ def test_windowed_dot_runs(text, bidirectional):
 
 def test_threshold_above_the_gather_keeps_the_all_gather():
     opts = PartitionOptions(windowed_einsum_threshold_mib=1.0)  # the gather is 8 KiB
-    out = partition(parse_module(TEXT), 8, options=opts).module
+    out = partition_in_place(parse_module(TEXT), 8, options=opts).module
     assert "while" not in _opcodes(out) and "all-gather" in _opcodes(out)
 
 
@@ -153,12 +153,12 @@ ENTRY main {
 @pytest.mark.parametrize("name", sorted(RS_CASES))
 def test_reduce_scatter_form_runs(name, bidirectional):
     text = RS_CASES[name]
-    plain = partition(parse_module(text), 8)
+    plain = partition_in_place(parse_module(text), 8)
     assert "reduce-scatter" in plain.report.dot_plans["h"]  # the route under test
     assert "reduce-scatter" in _opcodes(plain.module)
     opts = PartitionOptions(windowed_einsum_threshold_mib=0.0,
                             windowed_einsum_bidirectional=bidirectional)
-    res = partition(parse_module(text), 8, options=opts)
+    res = partition_in_place(parse_module(text), 8, options=opts)
     ops = _opcodes(res.module)
     assert "while" in ops and "reduce-scatter" not in ops and "all-reduce" not in ops
     # The loop's permutes (the permuted-devices case also has a final reshard's).
@@ -173,10 +173,10 @@ def test_reduce_scatter_form_runs(name, bidirectional):
 
 def test_reduce_scatter_form_honours_the_threshold():
     text = RS_CASES["scatter-lhs-dim"]  # unreduced local result: 64 * 48 * 4 B = 12 KiB
-    below = partition(parse_module(text), 8,
-                      options=PartitionOptions(windowed_einsum_threshold_mib=0.01)).module
-    above = partition(parse_module(text), 8,
-                      options=PartitionOptions(windowed_einsum_threshold_mib=0.02)).module
+    below = partition_in_place(parse_module(text), 8,
+                               options=PartitionOptions(windowed_einsum_threshold_mib=0.01)).module
+    above = partition_in_place(parse_module(text), 8,
+                               options=PartitionOptions(windowed_einsum_threshold_mib=0.02)).module
     assert "while" in _opcodes(below) and "reduce-scatter" not in _opcodes(below)
     assert "while" not in _opcodes(above) and "reduce-scatter" in _opcodes(above)
 
@@ -184,10 +184,10 @@ def test_reduce_scatter_form_honours_the_threshold():
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
 def test_reduce_scatter_form_lowers_peak_with_the_same_bytes(bidirectional):
     text = _rs_text(512, 512, 512)  # unreduced local result 1 MiB, operands 128 KiB each
-    plain = partition(parse_module(text), 8).module
+    plain = partition_in_place(parse_module(text), 8).module
     opts = PartitionOptions(windowed_einsum_threshold_mib=0.5,
                             windowed_einsum_bidirectional=bidirectional)
-    windowed = partition(parse_module(text), 8, options=opts).module
+    windowed = partition_in_place(parse_module(text), 8, options=opts).module
     a, b = module_stats(windowed, 8), module_stats(plain, 8)
     assert a.peak_live_bytes < b.peak_live_bytes
     unreduced = 512 * 512 * 4

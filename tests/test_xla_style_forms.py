@@ -16,7 +16,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -246,7 +246,7 @@ def test_xla_style_module_partitions_and_matches(name):
     raw = module_bytes(module)
     manual = "SPMDFullToShardShape" in text
     original = raw if manual else strip_shardings(raw)
-    out = partition(module, 8).module
+    out = partition_in_place(module, 8).module
     report = verify(original, module_bytes(out), 8, poison_padding=True)
     assert report.ok, str(report)
     if kinds is not None:
@@ -266,7 +266,7 @@ def test_partially_manual_bytes_at_most_xla(name):
     from hlo_spmd.runtime.xla_reference import xla_partitioned_module
 
     text = CASES[name][0]
-    ours = module_stats(partition(parse_module(text, name), 8).module, 8)
+    ours = module_stats(partition_in_place(parse_module(text, name), 8).module, 8)
     xla = module_stats(load_module_bytes(
         xla_partitioned_module(module_bytes(parse_module(text, name)), 8), "xla"), 8)
     assert ours.total_bytes_per_device <= xla.total_bytes_per_device, (
@@ -315,7 +315,7 @@ def test_manual_subgroup_entry_values_partition_like_xla(name):
     from hlo_spmd.runtime.xla_reference import xla_partitioned_module
 
     text = ENTRY_MANUAL[name]
-    out = partition(parse_module(text, name), 8).module
+    out = partition_in_place(parse_module(text, name), 8).module
     xla = xla_partitioned_module(module_bytes(parse_module(text, name)), 8)
     with tempfile.NamedTemporaryFile(suffix=".pb") as f:
         f.write(xla)

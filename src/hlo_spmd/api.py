@@ -133,14 +133,14 @@ def partition_owned(module: Module, num_partitions: int | None = None, mesh: Any
     caller that reads neither (the command line with ``-q`` and no ``--report``)."""
     import math
 
-    from hlo_spmd.passes.partition import partition as run_partition
+    from hlo_spmd.passes.partition import partition_in_place
 
     annotate(module, mesh, shard)
     if num_partitions is None and mesh is not None:
         from hlo_spmd.annotations.cli_spec import parse_mesh
 
         num_partitions = math.prod(s for _, s in parse_mesh(mesh))
-    result = run_partition(module, num_partitions, complete=complete, options=options,
+    result = partition_in_place(module, num_partitions, complete=complete, options=options,
                            propagate_to_output=propagate_to_output,
                            propagate_to_parameters=propagate_to_parameters)
     if not report:

@@ -66,8 +66,9 @@ def prepare(module: Module, num_partitions: int | None = None, *,
             complete: bool = False,
             propagate_to_output: bool | Sequence[bool] | None = None,
             propagate_to_parameters: bool | Sequence[bool] | None = None) -> int:
-    """What :func:`partition` does before partitioning, in place: inline calls, normalize
-    annotations and complete the shardings (unless ``complete``). Returns the device count.
+    """What :func:`partition_in_place` does before partitioning, in place: inline calls,
+    normalize annotations and complete the shardings (unless ``complete``). Returns the
+    device count.
 
     ``propagate_to_output`` / ``propagate_to_parameters``: let completion choose the
     shardings of the outputs / entry parameters (XLA's
@@ -104,27 +105,27 @@ def interface_shardings(module: Module, num_partitions: int | None = None, *,
                         propagate_to_output: bool | Sequence[bool] | None = None,
                         propagate_to_parameters: bool | Sequence[bool] | None = None
                         ) -> tuple[list[HloSharding], HloSharding]:
-    """The global shardings :func:`partition` records for ``module``'s entry parameters
-    (``spmd_parameters_shardings``) and result (``spmd_output_sharding``), without
+    """The global shardings :func:`partition_in_place` records for ``module``'s entry
+    parameters (``spmd_parameters_shardings``) and result (``spmd_output_sharding``), without
     partitioning: for a partitioned module that does not carry them (HLO text has no
-    syntax for them). Completes ``module`` in place, as :func:`partition` would."""
+    syntax for them). Completes ``module`` in place, as :func:`partition_in_place` would."""
     prepare(module, num_partitions, complete=complete,
             propagate_to_output=propagate_to_output,
             propagate_to_parameters=propagate_to_parameters)
     return entry_interface(module)
 
 
-def partition(module: Module, num_partitions: int | None = None, *,
-              complete: bool = False, verify: bool = True,
-              options: PartitionOptions | None = None,
-              propagate_to_output: bool | Sequence[bool] | None = None,
-              propagate_to_parameters: bool | Sequence[bool] | None = None
-              ) -> PartitionedModule:
+def partition_in_place(module: Module, num_partitions: int | None = None, *,
+                       complete: bool = False, verify: bool = True,
+                       options: PartitionOptions | None = None,
+                       propagate_to_output: bool | Sequence[bool] | None = None,
+                       propagate_to_parameters: bool | Sequence[bool] | None = None
+                       ) -> PartitionedModule:
     """Complete the shardings (unless ``complete``) and partition ``module`` in place (the
-    pass pipeline; ``hlo_spmd.partition`` is the API over it, which loads or copies its
-    input and builds the report). The shardings completion chooses for the outputs /
-    parameters (see :func:`prepare`) are the output's interface (``spmd_output_sharding``
-    / ``spmd_parameters_shardings``)."""
+    pass pipeline, the one implementation; ``hlo_spmd.partition`` is the API over it,
+    which loads or copies its input and builds the report). The shardings completion
+    chooses for the outputs / parameters (see :func:`prepare`) are the output's interface
+    (``spmd_output_sharding`` / ``spmd_parameters_shardings``)."""
     n = prepare(module, num_partitions, complete=complete,
                 propagate_to_output=propagate_to_output,
                 propagate_to_parameters=propagate_to_parameters)
