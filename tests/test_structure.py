@@ -112,17 +112,6 @@ OPCODE_SET_ALLOW_LIST = sorted([
     ('src/hlo_spmd/ir/builder.py', ('bitcast-convert', 'convert', 'reduce-precision')),
     ('src/hlo_spmd/ir/builder.py', ('compare', 'stochastic-convert')),
     # Shape inference: which part of a result comes from the declared shape.
-    ('src/hlo_spmd/ir/shape_inference.py', (
-        'all-gather', 'all-gather-start', 'constant', 'convolution', 'dot', 'ragged-dot',
-        'reduce-scatter', 'scaled-dot'
-    )),
-    ('src/hlo_spmd/ir/shape_inference.py', (
-        'async-done', 'async-start', 'async-update', 'bitcast', 'collective-permute-start',
-        'collective-reduce', 'copy-start', 'custom-call', 'dynamic-reshape', 'infeed', 'iota',
-        'parameter', 'recv', 'recv-done', 'rng', 'rng-bit-generator', 'scan', 'send', 'shuffle'
-    )),
-    ('src/hlo_spmd/ir/shape_inference.py', ('bitcast-convert', 'convert', 'stochastic-convert')),
-    ('src/hlo_spmd/ir/shape_inference.py', ('broadcast', 'reshape')),
     # Text syntax of particular ops ("select", "scatter": select-and-scatter's attribute
     # names).
     ('src/hlo_spmd/ir/text_parser.py', ('async-start', 'async-update')),
@@ -141,33 +130,13 @@ OPCODE_SET_ALLOW_LIST = sorted([
     ('src/hlo_spmd/passes/partition/tidy.py', ('all-reduce', 'transpose')),
     # Propagation: its rules' classifications (sharding_propagation.cc keeps these in its
     # switch statements too).
-    ('src/hlo_spmd/passes/propagation/backward.py', (
-        'call', 'concatenate', 'copy', 'dynamic-slice', 'dynamic-update-slice',
-        'get-tuple-element', 'opt-barrier', 'reshape', 'transpose', 'tuple', 'while'
-    )),
     ('src/hlo_spmd/passes/propagation/coverage.py', ('constant', 'infeed', 'iota')),
     ('src/hlo_spmd/passes/propagation/coverage.py', ('parameter', 'while')),
-    ('src/hlo_spmd/passes/propagation/engine.py', (
-        'all-reduce', 'batch-norm-grad', 'batch-norm-inference', 'batch-norm-training',
-        'broadcast', 'collective-permute', 'concatenate', 'conditional', 'constant',
-        'convolution', 'dot', 'dynamic-slice', 'dynamic-update-slice', 'gather',
-        'get-tuple-element', 'infeed', 'iota', 'opt-barrier', 'pad', 'reduce', 'reduce-scatter',
-        'reduce-window', 'reshape', 'reverse', 'rng-bit-generator', 'scatter',
-        'select-and-scatter', 'slice', 'sort', 'transpose', 'tuple', 'while'
-    )),
     ('src/hlo_spmd/passes/propagation/engine.py', ('call', 'conditional')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('concatenate', 'dynamic-slice')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('custom-call', 'parameter')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('reduce', 'reduce-window', 'sort')),
-    ('src/hlo_spmd/passes/propagation/forward.py', (
-        'all-gather', 'all-reduce', 'all-to-all', 'collective-broadcast', 'collective-permute',
-        'concatenate', 'reduce-scatter', 'sort', 'topk', 'while'
-    )),
     ('src/hlo_spmd/passes/propagation/forward.py', ('get-tuple-element', 'parameter')),
-    ('src/hlo_spmd/passes/propagation/forward.py', (
-        'map', 'opt-barrier', 'pad', 'power', 'ragged-all-to-all', 'reverse', 'shift-left',
-        'shift-right-arithmetic', 'shift-right-logical', 'slice'
-    )),
     ('src/hlo_spmd/passes/propagation/graph.py', ('bitcast-convert', 'custom-call')),
     # Partitioner policy: the ops that keep their own handler inside a manual region
     # (a custom-call's target decides; a get-tuple-element reads one leaf of a mixed tuple).
@@ -175,7 +144,6 @@ OPCODE_SET_ALLOW_LIST = sorted([
     # verify's tolerance rule: how deep each op's sums are, and which ops XLA-CPU
     # accumulates in f32 whatever their element type.
     ('src/hlo_spmd/runtime/precision.py', ('all-reduce', 'reduce-scatter')),
-    ('src/hlo_spmd/runtime/precision.py', ('convolution', 'dot')),
     ('src/hlo_spmd/runtime/precision.py', ('reduce-window', 'select-and-scatter')),
     # search's baselines: ops a weight passes through unchanged in layout, and the
     # contractions whose weight operand a Megatron / FSDP baseline shards.
@@ -183,7 +151,6 @@ OPCODE_SET_ALLOW_LIST = sorted([
         'bitcast', 'bitcast-convert', 'convert', 'copy', 'reshape', 'transpose'
     )),
     ('src/hlo_spmd/search/baselines.py', ('bitcast-convert', 'convert', 'copy')),
-    ('src/hlo_spmd/search/baselines.py', ('convolution', 'dot')),
 ])
 
 

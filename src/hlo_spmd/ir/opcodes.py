@@ -33,9 +33,22 @@ from typing import Any
 #: global-ids    carries ``use_global_device_ids`` (with a channel id and without it,
 #:               the collective is cross-replica-and-partition)
 #: newer         an opcode of a newer XLA than jaxlib 0.10.2 (its text parser rejects it)
+#: contraction   contracts operand dimensions (dot and convolution: one dims model)
+#: declared-*    shape inference takes part of the result from the declared shape:
+#:               -shape the whole shape, -type the element type, -dims the dimensions,
+#:               -optional the element type / group size when one is declared
+#: Sharding propagation (sharding_propagation.cc keeps these in its switch statements):
+#: spatial       SupportSpatialPartitioning: the partitioner can split it (plus batch
+#:               norm, which handlers/batch_norm.py splits and XLA replicates)
+#: pass-through  CanPropagateThroughAtAggressiveLevel at every level
+#: follows-first PickRepresentativeOperand: the result follows operand 0
+#: follows-finest PickRepresentativeOperand: the result follows its most specific operand
+#:               (as elementwise ops do)
 _WORDS = frozenset({"newer", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
                     "async", "control-flow", "applies", "to-apply", "accuracy", "linear",
-                    "reducer", "idempotent", "global-ids"})
+                    "reducer", "idempotent", "global-ids", "contraction", "declared-shape",
+                    "declared-type", "declared-dims", "declared-optional", "spatial",
+                    "pass-through", "follows-first", "follows-finest"})
 
 # opcode: (arity as hlo_opcode.h spells it for jaxlib 0.10.2, None = variadic; traits).
 # Names exactly as XLA spells them: "sine", "cosine", "count-leading-zeros", "opt-barrier".
@@ -47,135 +60,135 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "add":                      (2, "elementwise linear reducer"),
     "add-dependency":           (2, "no-buffer"),
     "after-all":                (None, "no-buffer"),
-    "all-gather":               (None, "collective global-ids"),
+    "all-gather":               (None, "collective global-ids follows-finest declared-optional"),
     "all-gather-done":          (1, "side-effect collective done"),
-    "all-gather-start":         (None, "side-effect collective start global-ids"),
-    "all-reduce":               (None, "collective to-apply global-ids"),
+    "all-gather-start":         (None, "side-effect collective start global-ids declared-optional"),
+    "all-reduce":               (None, "collective to-apply global-ids spatial follows-finest"),
     "all-reduce-done":          (1, "side-effect collective done"),
     "all-reduce-start":         (None, "side-effect collective to-apply start global-ids"),
-    "all-to-all":               (None, "collective"),
+    "all-to-all":               (None, "collective follows-finest"),
     "and":                      (2, "elementwise reducer idempotent"),
     "asin":                     (1, "elementwise accuracy"),
     "asinh":                    (1, "elementwise accuracy"),
-    "async-done":               (1, "async"),
-    "async-start":              (None, "async"),
-    "async-update":             (1, "async"),
+    "async-done":               (1, "async declared-shape"),
+    "async-start":              (None, "async declared-shape"),
+    "async-update":             (1, "async declared-shape"),
     "atan":                     (1, "elementwise newer"),
     "atan2":                    (2, "elementwise"),
     "atanh":                    (1, "elementwise accuracy"),
-    "batch-norm-grad":          (5, ""),
-    "batch-norm-inference":     (5, ""),
-    "batch-norm-training":      (3, ""),
-    "bitcast":                  (1, "no-buffer linear"),
-    "bitcast-convert":          (1, "elementwise"),
-    "broadcast":                (1, "linear"),
-    "call":                     (None, "control-flow to-apply"),
+    "batch-norm-grad":          (5, "spatial"),
+    "batch-norm-inference":     (5, "spatial"),
+    "batch-norm-training":      (3, "spatial"),
+    "bitcast":                  (1, "no-buffer linear declared-shape"),
+    "bitcast-convert":          (1, "elementwise declared-type"),
+    "broadcast":                (1, "linear spatial declared-dims"),
+    "call":                     (None, "control-flow to-apply pass-through"),
     "cbrt":                     (1, "elementwise accuracy"),
     "ceil":                     (1, "elementwise"),
     "cholesky":                 (1, ""),
     "clamp":                    (3, "elementwise"),
-    "collective-broadcast":     (None, "collective"),
-    "collective-permute":       (None, "collective"),
+    "collective-broadcast":     (None, "collective follows-finest"),
+    "collective-permute":       (None, "collective spatial follows-finest"),
     "collective-permute-done":  (1, "side-effect collective done"),
-    "collective-permute-start": (None, "side-effect collective start"),
-    "collective-reduce":        (None, "collective to-apply newer"),
+    "collective-permute-start": (None, "side-effect collective start declared-shape"),
+    "collective-reduce":        (None, "collective to-apply newer declared-shape"),
     "compare":                  (2, "elementwise"),
     "complex":                  (2, "elementwise"),
-    "concatenate":              (None, "linear"),
-    "conditional":              (None, "control-flow"),
-    "constant":                 (0, ""),
-    "convert":                  (1, "elementwise"),
-    "convolution":              (None, ""),
-    "copy":                     (1, "elementwise linear"),
+    "concatenate":              (None, "linear spatial pass-through follows-finest"),
+    "conditional":              (None, "control-flow spatial"),
+    "constant":                 (0, "spatial declared-optional"),
+    "convert":                  (1, "elementwise declared-type"),
+    "convolution":              (None, "spatial contraction declared-optional"),
+    "copy":                     (1, "elementwise linear pass-through"),
     "copy-done":                (1, "done"),
-    "copy-start":               (1, "start"),
+    "copy-start":               (1, "start declared-shape"),
     "cosh":                     (1, "elementwise accuracy"),
     "cosine":                   (1, "elementwise accuracy"),
     "count-leading-zeros":      (1, "elementwise"),
-    "custom-call":              (None, "linear"),
+    "custom-call":              (None, "linear declared-shape"),
     "divide":                   (2, "elementwise"),
     "domain":                   (1, ""),
-    "dot":                      (None, "linear"),
-    "dynamic-reshape":          (None, ""),
-    "dynamic-slice":            (None, ""),
-    "dynamic-update-slice":     (None, ""),
+    "dot":                      (None, "linear spatial contraction declared-optional"),
+    "dynamic-reshape":          (None, "declared-shape"),
+    "dynamic-slice":            (None, "spatial pass-through"),
+    "dynamic-update-slice":     (None, "spatial pass-through"),
     "erf":                      (1, "elementwise accuracy"),
     "exponential":              (1, "elementwise accuracy"),
     "exponential-minus-one":    (1, "elementwise accuracy"),
     "fft":                      (1, ""),
     "floor":                    (1, "elementwise"),
     "fusion":                   (None, ""),
-    "gather":                   (2, ""),
+    "gather":                   (2, "spatial"),
     "get-dimension-size":       (1, ""),
-    "get-tuple-element":        (1, "no-buffer linear"),
+    "get-tuple-element":        (1, "no-buffer linear spatial pass-through"),
     "imag":                     (1, "elementwise"),
-    "infeed":                   (1, "side-effect"),
-    "iota":                     (0, ""),
+    "infeed":                   (1, "side-effect spatial declared-shape"),
+    "iota":                     (0, "spatial declared-shape"),
     "is-finite":                (1, "elementwise"),
     "log":                      (1, "elementwise accuracy"),
     "log-plus-one":             (1, "elementwise accuracy"),
     "logistic":                 (1, "elementwise accuracy"),
-    "map":                      (None, "elementwise applies to-apply"),
+    "map":                      (None, "elementwise applies to-apply follows-first"),
     "maximum":                  (2, "elementwise reducer idempotent"),
     "minimum":                  (2, "elementwise reducer idempotent"),
     "mulhi":                    (2, "elementwise"),
     "multiply":                 (2, "elementwise reducer"),
     "negate":                   (1, "elementwise linear"),
     "not":                      (1, "elementwise"),
-    "opt-barrier":              (1, "no-buffer"),
+    "opt-barrier":              (1, "no-buffer spatial pass-through follows-first"),
     "or":                       (2, "elementwise reducer idempotent"),
     "outfeed":                  (2, "side-effect"),
-    "pad":                      (2, ""),
-    "parameter":                (0, ""),
+    "pad":                      (2, "spatial follows-first"),
+    "parameter":                (0, "declared-shape"),
     "partition-id":             (0, ""),
     "popcnt":                   (1, "elementwise"),
-    "power":                    (2, "elementwise"),
-    "ragged-all-to-all":        (None, "collective"),
-    "ragged-dot":               (3, ""),
+    "power":                    (2, "elementwise follows-first"),
+    "ragged-all-to-all":        (None, "collective follows-first"),
+    "ragged-dot":               (3, "declared-optional"),
     "real":                     (1, "elementwise"),
-    "recv":                     (1, "side-effect"),
-    "recv-done":                (1, "side-effect"),
-    "reduce":                   (None, "applies to-apply"),
+    "recv":                     (1, "side-effect declared-shape"),
+    "recv-done":                (1, "side-effect declared-shape"),
+    "reduce":                   (None, "applies to-apply spatial"),
     "reduce-precision":         (1, "elementwise"),
-    "reduce-scatter":           (None, "collective to-apply global-ids"),
-    "reduce-window":            (None, "applies to-apply"),
+    "reduce-scatter":           (None, "collective to-apply global-ids spatial follows-finest declared-optional"),
+    "reduce-window":            (None, "applies to-apply spatial"),
     "remainder":                (2, "elementwise"),
     "replica-id":               (0, ""),
-    "reshape":                  (1, "linear"),
-    "reverse":                  (1, "linear"),
-    "rng":                      (None, "side-effect"),
-    "rng-bit-generator":        (1, ""),
+    "reshape":                  (1, "linear spatial pass-through declared-dims"),
+    "reverse":                  (1, "linear spatial follows-first"),
+    "rng":                      (None, "side-effect declared-shape"),
+    "rng-bit-generator":        (1, "spatial declared-shape"),
     "rng-get-and-update-state": (0, "side-effect"),
     "round-nearest-afz":        (1, "elementwise"),
     "round-nearest-even":       (1, "elementwise"),
     "rsqrt":                    (1, "elementwise accuracy"),
-    "scaled-dot":               (4, ""),
-    "scan":                     (None, "to-apply"),
-    "scatter":                  (None, "applies to-apply"),
+    "scaled-dot":               (4, "declared-optional"),
+    "scan":                     (None, "to-apply declared-shape"),
+    "scatter":                  (None, "applies to-apply spatial"),
     "select":                   (3, "elementwise"),
-    "select-and-scatter":       (3, "applies"),
-    "send":                     (2, "side-effect"),
+    "select-and-scatter":       (3, "applies spatial"),
+    "send":                     (2, "side-effect declared-shape"),
     "send-done":                (1, "side-effect"),
     "set-dimension-size":       (2, ""),
-    "shift-left":               (2, "elementwise"),
-    "shift-right-arithmetic":   (2, "elementwise"),
-    "shift-right-logical":      (2, "elementwise"),
-    "shuffle":                  (1, "newer"),
+    "shift-left":               (2, "elementwise follows-first"),
+    "shift-right-arithmetic":   (2, "elementwise follows-first"),
+    "shift-right-logical":      (2, "elementwise follows-first"),
+    "shuffle":                  (1, "newer declared-shape"),
     "sign":                     (1, "elementwise"),
     "sine":                     (1, "elementwise accuracy"),
     "sinh":                     (1, "elementwise accuracy"),
-    "slice":                    (1, "linear"),
-    "sort":                     (None, "applies to-apply"),
+    "slice":                    (1, "linear spatial follows-first"),
+    "sort":                     (None, "applies to-apply spatial follows-finest"),
     "sqrt":                     (1, "elementwise accuracy"),
-    "stochastic-convert":       (2, "elementwise"),
+    "stochastic-convert":       (2, "elementwise declared-type"),
     "subtract":                 (2, "elementwise linear"),
     "tan":                      (1, "elementwise accuracy"),
     "tanh":                     (1, "elementwise accuracy"),
-    "topk":                     (1, ""),
-    "transpose":                (1, "linear"),
+    "topk":                     (1, "follows-finest"),
+    "transpose":                (1, "linear spatial pass-through"),
     "triangular-solve":         (2, ""),
-    "tuple":                    (None, "no-buffer linear"),
-    "while":                    (1, "control-flow"),
+    "tuple":                    (None, "no-buffer linear spatial pass-through"),
+    "while":                    (1, "control-flow spatial pass-through follows-finest"),
     "xor":                      (2, "elementwise reducer"),
 }
 
@@ -208,6 +221,13 @@ class OpcodeTraits:
     idempotent: bool
     global_device_ids: bool    # carries use_global_device_ids
     in_jaxlib: bool            # known to jaxlib 0.10.2's text parser
+    contraction: bool
+    declared: str              # what shape inference takes from the declared shape:
+                               # "shape", "type", "dims", "optional" or "" (nothing)
+    spatial: bool              # propagation: SupportSpatialPartitioning
+    pass_through: bool         # propagation: passes shardings through at every level
+    representative: str        # propagation: the operand the result follows, "first",
+                               # "finest" or "" (see PickRepresentativeOperand)
 
     def as_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -226,7 +246,18 @@ def _make(name: str, arity: int | None, words: str) -> OpcodeTraits:
         control_flow="control-flow" in w, applies="applies" in w, to_apply="to-apply" in w,
         result_accuracy="accuracy" in w, linear="linear" in w, reducer="reducer" in w,
         idempotent="idempotent" in w, global_device_ids="global-ids" in w,
-        in_jaxlib="newer" not in w)
+        in_jaxlib="newer" not in w, contraction="contraction" in w,
+        declared=_one_of(name, w, "declared-", ("shape", "type", "dims", "optional")),
+        spatial="spatial" in w, pass_through="pass-through" in w,
+        representative=_one_of(name, w, "follows-", ("first", "finest")))
+
+
+def _one_of(name: str, words: frozenset[str], prefix: str, values: tuple[str, ...]) -> str:
+    """The value of a trait spelled ``prefix + value`` (at most one per opcode), or ""."""
+    found = [v for v in values if prefix + v in words]
+    if len(found) > 1:
+        raise ValueError(f"{name}: more than one of {[prefix + v for v in found]}")
+    return found[0] if found else ""
 
 
 #: Every opcode's traits.
@@ -267,6 +298,12 @@ LINEAR_OPS = _where("linear")
 REDUCERS = _where("reducer")
 IDEMPOTENT_REDUCERS = _where("idempotent")
 GLOBAL_DEVICE_ID_COLLECTIVES = _where("global_device_ids")
+CONTRACTIONS = _where("contraction")
+SPATIAL = _where("spatial")
+PASS_THROUGH = _where("pass_through")
+FOLLOWS_FIRST_OPERAND = frozenset(op for op, t in TRAITS.items() if t.representative == "first")
+FOLLOWS_FINEST_OPERAND = frozenset(op for op, t in TRAITS.items()
+                                   if t.representative == "finest")
 #: Opcode -> arity (None: variadic) of every opcode jaxlib 0.10.2's text parser knows.
 JAXLIB_ARITY: dict[str, int | None] = {op: t.arity for op, t in TRAITS.items() if t.in_jaxlib}
 #: The ReductionKind XLA matches an all-reduce's reducer root to (collective_ops_utils'

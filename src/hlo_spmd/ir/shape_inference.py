@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from hlo_spmd.errors import VerifierError
-from hlo_spmd.ir.opcodes import ALL_OPCODES
+from hlo_spmd.ir.opcodes import ALL_OPCODES, TRAITS
 from hlo_spmd.ir.opcodes import ARITY as _OPCODES_ARITY
 from hlo_spmd.ir.primitive_types import (
     ARRAY_TYPES,
@@ -1644,20 +1644,13 @@ KNOWN_OPCODES = ALL_OPCODES | (frozenset(_RULES) - frozenset(XLA_SPELLING))
 #: Fixed operand counts (the verifier's): ``ir.opcodes.ARITY``.
 ARITY: dict[str, int] = _OPCODES_ARITY
 
-#: Opcodes whose whole result shape comes from ``declared``.
-DECLARED_ONLY = frozenset({
-    "parameter", "custom-call", "infeed", "rng", "rng-bit-generator", "bitcast",
-    "dynamic-reshape", "async-start", "async-update", "async-done", "copy-start", "send",
-    "recv", "recv-done", "collective-permute-start", "iota", "scan", "shuffle",
-    "collective-reduce",
-})
-#: Opcodes whose result element type comes from ``declared``.
-DECLARED_ELEMENT_TYPE = frozenset({"convert", "bitcast-convert", "stochastic-convert"})
-#: Opcodes whose result dims come from ``declared``.
-DECLARED_DIMS = frozenset({"broadcast", "reshape"})
-#: Opcodes that use ``declared`` when given (element type / unrecorded group size).
-OPTIONAL_DECLARED = frozenset({"dot", "scaled-dot", "convolution", "ragged-dot", "all-gather",
-                               "all-gather-start", "reduce-scatter", "constant"})
+#: Opcodes whose whole result shape / element type / dims come from ``declared``, and
+#: those that use ``declared`` when given (element type / unrecorded group size): the
+#: ``declared-*`` traits of ``ir.opcodes``.
+DECLARED_ONLY = frozenset(op for op, t in TRAITS.items() if t.declared == "shape")
+DECLARED_ELEMENT_TYPE = frozenset(op for op, t in TRAITS.items() if t.declared == "type")
+DECLARED_DIMS = frozenset(op for op, t in TRAITS.items() if t.declared == "dims")
+OPTIONAL_DECLARED = frozenset(op for op, t in TRAITS.items() if t.declared == "optional")
 #: Opcodes inferred from operands and attributes alone.
 INFERRED = frozenset(_RULES) - DECLARED_ONLY - DECLARED_ELEMENT_TYPE - DECLARED_DIMS
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from hlo_spmd.ir import primitive_types as pt
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import CONTRACTIONS
 from hlo_spmd.runtime.compare import machine_eps
 
 
@@ -49,7 +50,7 @@ def _accumulation_eps(inst, coarse: float) -> float:
     if shape.is_tuple or not pt.is_floating(shape.element_type):
         return coarse
     own = machine_eps(pt.numpy_dtype(shape.element_type)) or coarse
-    if inst.opcode in ("dot", "convolution") and pt.bit_width(shape.element_type) < 32:
+    if inst.opcode in CONTRACTIONS and pt.bit_width(shape.element_type) < 32:
         return min(own, float(np.finfo(np.float32).eps))
     return own
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import CONTRACTIONS
 from hlo_spmd.ir.primitive_types import is_integral
 from hlo_spmd.search.candidates import Mesh, Spec, replicated
 
@@ -80,7 +81,7 @@ def classify(module: Module, params: Sequence[Instruction]) -> tuple[set[int], d
             p, same = origin[inst.operands[0]]
             origin[inst] = (p, same and inst.opcode in _SAME_DIMS)
             continue
-        if inst.opcode not in ("dot", "convolution") or len(inst.operands) != 2:
+        if inst.opcode not in CONTRACTIONS or len(inst.operands) != 2:
             continue
         weight_dot = False
         for k in (0, 1):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import PASS_THROUGH
 from hlo_spmd.passes.propagation import gather_scatter as gs
 from hlo_spmd.passes.propagation import graph as g
 from hlo_spmd.passes.propagation import sharding_ops as ops
@@ -63,16 +64,12 @@ def propagation_level(inst: Instruction) -> int:
 
 def level_of(op: str, elementwise: bool) -> int:
     """``propagation_level`` given the instruction's opcode and elementwise-ness."""
-    if elementwise or op in ALWAYS_PASS_THROUGH:
+    if elementwise or op in PASS_THROUGH:
         return 0
     if op == "broadcast":
         return 2
     return 1
 
-
-ALWAYS_PASS_THROUGH = frozenset({
-    "call", "concatenate", "copy", "dynamic-slice", "dynamic-update-slice",
-    "get-tuple-element", "opt-barrier", "reshape", "tuple", "transpose", "while"})
 
 
 def operand_from_user(p: "PropagatorInterface", inst: Instruction, user: Instruction,

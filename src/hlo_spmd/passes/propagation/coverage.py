@@ -5,9 +5,8 @@ does propagation do with opcode X" without running it.
 """
 from __future__ import annotations
 
-from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE
-from hlo_spmd.passes.propagation.backward import ALWAYS_PASS_THROUGH, BACKWARD_RULES
-from hlo_spmd.passes.propagation.engine import SPATIAL_OPCODES
+from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE, PASS_THROUGH, SPATIAL
+from hlo_spmd.passes.propagation.backward import BACKWARD_RULES
 from hlo_spmd.passes.propagation.forward import FORWARD_RULES
 from hlo_spmd.passes.propagation.sdy_manual import SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL
 from hlo_spmd.passes.propagation.graph import (ALIASES, FULL_TO_SHARD, PASSTHROUGH_ALWAYS,
@@ -36,7 +35,7 @@ def forward_rule(opcode: str) -> str:
         return rule + (" + computation sync" if op in ("while", "parameter") else "")
     if op in ELEMENTWISE_LIKE:
         return "elementwise (default_rule)"
-    if op in SPATIAL_OPCODES:
+    if op in SPATIAL:
         return "representative operand (default_rule)"
     if op == "custom-call":
         return "Sharding: copy; passthrough targets: operand 0; others: none (unsupported)"
@@ -46,7 +45,7 @@ def forward_rule(opcode: str) -> str:
 def backward_rule(opcode: str) -> str:
     """How an instruction's sharding propagates to an operand when it is the user."""
     op = ALIASES.get(opcode, opcode)
-    gate = "always" if op in ALWAYS_PASS_THROUGH or op in ELEMENTWISE_LIKE else (
+    gate = "always" if op in PASS_THROUGH or op in ELEMENTWISE_LIKE else (
         "level>=2" if op == "broadcast" else "level>=1")
     name = (BACKWARD_RULES[op].operand_of.__name__ if op in BACKWARD_RULES
             else "same_shape_rule")

@@ -33,7 +33,7 @@ from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
 from hlo_spmd.passes.propagation.dirty import DirtySet
 from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo, forward_rule_of
-from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS
+from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS, SPATIAL
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding import is_spatially_partitioned
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -41,17 +41,6 @@ from hlo_spmd.sharding.unreduced import reduce_all
 LEVELS = (0, 1, 2, 3, 3)
 LOOKAHEAD_LEVEL = 1 << 62
 NO_LEVEL_LIMIT = 1 << 62  # (``level_hi`` when no answer bounds the level from above)
-
-# SupportSpatialPartitioning: opcodes the SPMD partitioner can split.
-SPATIAL_OPCODES = frozenset({
-    "broadcast", "concatenate", "conditional", "constant", "convolution", "opt-barrier", "dot",
-    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "infeed", "iota",
-    "pad", "reduce-window", "reshape", "scatter", "select-and-scatter", "slice", "sort",
-    "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce",
-    "collective-permute", "reduce-scatter", "reverse",
-    # Not in XLA's list (its partitioner replicates them); handlers/batch_norm.py splits them.
-    "batch-norm-training", "batch-norm-inference", "batch-norm-grad"})
-
 
 class ForwardFacts(NamedTuple):
     """What ``infer_from_operands`` reads of an instruction that never changes during a
@@ -328,7 +317,7 @@ class Propagator:
         if self.graph.elementwise[inst]:
             return True
         op = self.graph.op[inst]
-        if op in SPATIAL_OPCODES:
+        if op in SPATIAL:   # (SupportSpatialPartitioning)
             return True
         if op == "parameter":
             return (to_params and id(inst) in self.params_allowed) or \

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import FOLLOWS_FINEST_OPERAND, FOLLOWS_FIRST_OPERAND
 from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.propagation import gather_scatter as gs
 from hlo_spmd.passes.propagation import graph as g
@@ -41,27 +42,17 @@ class ForwardRule(NamedTuple):
     caller_operands: bool = False
     level_classes: int = 1
 
-# PickRepresentativeOperand: opcodes whose result follows operand 0 (when it is sharded).
-FIRST_OPERAND = frozenset({
-    "map", "pad", "power", "opt-barrier", "ragged-all-to-all", "reverse", "slice", "shift-left",
-    "shift-right-arithmetic", "shift-right-logical"})
-# ... and opcodes whose result may follow any operand: the most specific one wins.
-BEST_OPERAND_EXTRA = frozenset({
-    "concatenate", "all-gather", "all-reduce", "reduce-scatter", "all-to-all",
-    "collective-broadcast", "collective-permute", "topk", "sort", "while"})
-
-
 def pick_representative(p: "PropagatorInterface", inst: Instruction) -> Instruction | None:
     """PickRepresentativeOperand."""
     op = p.graph.op[inst]
-    if op in FIRST_OPERAND:
+    if op in FOLLOWS_FIRST_OPERAND:
         first = inst.operands[0]
         return first if first.sharding is not None else None
     if inst.opcode == "custom-call" and op != "copy":
         if g.is_custom_call(inst, g.SDY_BARRIER) and not g.barrier_allows(inst, "forward"):
             return None
         return inst.operands[0] if g.is_passthrough_custom_call(inst) else None
-    if p.graph.elementwise[inst] or op in BEST_OPERAND_EXTRA:
+    if p.graph.elementwise[inst] or op in FOLLOWS_FINEST_OPERAND:
         best = None
         for operand in inst.operands:
             s = operand.sharding
