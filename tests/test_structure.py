@@ -237,12 +237,10 @@ NATURAL_CYCLES = [
     ("hlo_spmd.ir.computation", "hlo_spmd.ir.instruction", "hlo_spmd.ir.module"),
     ("hlo_spmd.sharding.hlo_sharding", "hlo_spmd.sharding.text"),
 ]
-# Not zero yet (owned by the fix-point and reshard work of issue 23 items 2-3):
+# Not zero yet (owned by the reshard work of issue 23 item 2):
 CYCLE_ALLOW_LIST = [
     ("hlo_spmd.passes.partition.context", "hlo_spmd.passes.partition.reshard",
      "hlo_spmd.passes.partition.reshard_routes", "hlo_spmd.passes.partition.unreduced"),
-    ("hlo_spmd.passes.partition.handlers.dot", "hlo_spmd.passes.partition.handlers.dot_windowed"),
-    ("hlo_spmd.sharding.algebra", "hlo_spmd.sharding.grouping"),
 ]
 
 

@@ -3,9 +3,10 @@
 Modules: ``tile_assignment`` (device arrays, iota form), ``hlo_sharding`` (the
 value type), ``metadata``, ``text`` (XLA text form), ``proto`` (OpSharding),
 ``mesh`` (mesh_split / named_split), ``algebra`` (shard geometry and
-sharding-to-sharding maps), ``grouping`` (device groups, replica groups).
+sharding-to-sharding maps), ``grouping`` (device groups, replica groups), ``common``
+(what both use: ``memoised``, ``compact``).
 """
-from hlo_spmd.sharding.algebra import (compact, device_offsets, improve_sharding, is_finer,
+from hlo_spmd.sharding.algebra import (device_offsets, improve_sharding, is_finer,
                                        is_spatially_partitioned, is_subtiling, merge_compatible,
                                        merge_if_compatible, merge_sharding, partial_replicate,
                                        partial_replicate_all_except, propagate_through_reshape,
@@ -13,6 +14,7 @@ from hlo_spmd.sharding.algebra import (compact, device_offsets, improve_sharding
                                        reverse_sharding, shard_bounds,
                                        sharding_from_tile_indices, tile_coords, tile_shape,
                                        transpose_sharding, with_tile_assignment)
+from hlo_spmd.sharding.common import compact
 from hlo_spmd.sharding.grouping import (GroupedSharding, group_by_all_dims_except,
                                         group_by_dims, iota_replica_groups, ungroup)
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardGroup, ShardingType

@@ -20,7 +20,7 @@ import numpy as np
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.memo import BoundedMemo
-from hlo_spmd.sharding.algebra import compact, memoised
+from hlo_spmd.sharding.common import compact, memoised
 from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardingType
 from hlo_spmd.sharding.tile_assignment import TileAssignment, iota_form

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from hlo_spmd.errors import ShardingError
-from hlo_spmd.sharding.algebra import compact
+from hlo_spmd.sharding.common import compact
 from hlo_spmd.sharding.device_ids import all_distinct
 from hlo_spmd.sharding.hlo_sharding import HloSharding, ShardingType
 from hlo_spmd.sharding.metadata import OpMetadata

@@ -22,7 +22,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.sharding import (HloSharding, merge_if_compatible, partial_replicate_all_except,
                                transpose_sharding, with_tile_assignment)
-from hlo_spmd.sharding.algebra import memoised
+from hlo_spmd.sharding.common import memoised
 
 _CACHE = 65536
 

@@ -104,7 +104,8 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
         from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_dot
 
         out = windowed_dot(ctx, inst, plan, problem, lhs, rhs, out_shape, threshold,
-                           ctx.state.options.windowed_einsum_bidirectional)
+                           ctx.state.options.windowed_einsum_bidirectional,
+                           local_dot=_local_dot)
         if out is not None:
             return ctx.reshard(ctx.reshard(out, problem.out), target)
     out = emit_plan(ctx, inst, plan, problem, lhs, rhs, out_shape, local_op)
@@ -143,7 +144,8 @@ def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, 
         from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_reduce_scatter
 
         pv = windowed_reduce_scatter(ctx, inst, plan, p, lhs, rhs, out_shape, threshold,
-                                     ctx.state.options.windowed_einsum_bidirectional)
+                                     ctx.state.options.windowed_einsum_bidirectional,
+                                     local_dot=_local_dot, mask_padding=mask_padding)
     if pv is None:
         pv = _emit_base(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
     return ctx.reshard(pv, p.out)

@@ -28,10 +28,14 @@ two partial dots per step, ``n / 2 - 1`` steps -- the same bytes in half the rou
 
 The reduce-scatter form is described at ``windowed_reduce_scatter``; it is called where
 base plans are emitted (dot.emit_plan), so it also runs inside device groups.
+
+The dot handler passes in its per-device dot (``local_dot``) and its padding mask, so
+this module does not import the handler that calls it.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -40,19 +44,26 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.dot_dims import CONTRACTING, LHS_NC, RHS_NC, data_tiles
+from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, LHS_NC, RHS_NC, DotDims,
+                                                       data_tiles)
 from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
                                                        reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import pad_to
 
 S32 = PrimitiveType.S32
+# dot._local_dot: the per-device dot of ``inst`` on local operands.
+LocalDot = Callable[[PartitionContext, Instruction, DotDims, Instruction, Instruction],
+                    Instruction]
+# dot.mask_padding: ``pv`` with the padding of its uneven shards on ``dims`` zeroed.
+MaskPadding = Callable[[PartitionContext, PValue, list[int]], PValue]
 
 
 @with_cause("contraction")
 def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem,
                  lhs: PValue, rhs: PValue, out_shape: Shape,
-                 threshold_mib: float, bidirectional: bool = False) -> PValue | None:
+                 threshold_mib: float, bidirectional: bool = False, *,
+                 local_dot: LocalDot) -> PValue | None:
     """The windowed form of ``plan``, or None when it does not apply (then the plan is
     emitted as usual). The result has sharding ``plan.result``."""
     if not _no_reduction(plan):
@@ -70,7 +81,7 @@ def windowed_dot(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Proble
         if kind is None:
             continue
         return _emit(ctx, inst, plan, p, side, c, kind, pos, win,
-                     ctx.reshard(other, other_t), out_shape, bidirectional)
+                     ctx.reshard(other, other_t), out_shape, bidirectional, local_dot)
     return None
 
 
@@ -117,9 +128,7 @@ def _role(p: Problem, side: int, c: int) -> tuple[str | None, int]:
 
 def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side: int,
           c: int, kind: str, pos: int, win: PValue, other: PValue, out_shape: Shape,
-          bidirectional: bool) -> PValue:
-    from hlo_spmd.passes.partition.handlers.dot import _local_dot
-
+          bidirectional: bool, local_dot: LocalDot) -> PValue:
     n = ctx.num_devices
     b = ctx.b
     piece = int(win.hlo.shape.dims[c])
@@ -150,7 +159,7 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
             sizes = list(o.shape.dims)
             sizes[pos] = piece
             o = bb.dynamic_slice(o, starts, sizes)
-        part = _local_dot(bctx, inst, p.dims, *((w, o) if side == 0 else (o, w)))
+        part = local_dot(bctx, inst, p.dims, *((w, o) if side == 0 else (o, w)))
         if kind == "contracting":
             return bb.add(acc, part)
         starts = [zero] * acc.shape.rank
@@ -193,7 +202,8 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
 @with_cause("contraction")
 def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: BasePlan,
                             p: Problem, lhs: PValue, rhs: PValue, out_shape: Shape,
-                            threshold_mib: float, bidirectional: bool = False
+                            threshold_mib: float, bidirectional: bool = False, *,
+                            local_dot: LocalDot, mask_padding: MaskPadding
                             ) -> PValue | None:
     """The reduce-scatter form of a base plan whose partial sums end in a reduce-scatter
     (called where base plans are emitted, so it also applies inside device groups).
@@ -209,8 +219,6 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
 
     Applies when the unreduced local result exceeds the threshold; None otherwise. The result has
     sharding ``plan.result``, as the reduce-scatter's."""
-    from hlo_spmd.passes.partition.handlers.dot import _local_dot, mask_padding
-
     d = p.dims
     if plan.post != "reduce-scatter":
         return None
@@ -269,7 +277,7 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
                 dims_[sd] = sub
                 x = bb.dynamic_slice(x, starts, dims_)
             ops.append(x)
-        return bb.add(acc, _local_dot(bctx, inst, d, *ops))
+        return bb.add(acc, local_dot(bctx, inst, d, *ops))
 
     acc_dims = list(local)
     acc_dims[dim] = sub

@@ -49,7 +49,7 @@ from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding, TileAssignment, device_offsets, partial_replicate
-from hlo_spmd.sharding.algebra import memoised
+from hlo_spmd.sharding.common import memoised
 
 # Shardings are immutable: one shared replicated sharding for the hot paths (a
 # fresh one per instruction cost an allocation, and ``s is target`` tests hit first).

@@ -23,7 +23,7 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import (HloSharding, device_offsets, partial_replicate,
                                partial_replicate_all_except, reshape_sharding, tile_shape,
                                transpose_sharding)
-from hlo_spmd.sharding.algebra import memoised
+from hlo_spmd.sharding.common import memoised
 
 S32 = PrimitiveType.S32
 REPLICATED = HloSharding.replicate()
