@@ -10,7 +10,7 @@ import numpy as np
 
 from hlo_spmd.ir import primitive_types as pt
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import CONTRACTIONS
+from hlo_spmd.ir.opcodes import CONTRACTIONS, SYNC_COLLECTIVES, TO_APPLY
 from hlo_spmd.runtime.compare import machine_eps
 
 
@@ -37,7 +37,8 @@ def _reduction_size(inst, shape_of) -> int:
         kernel = shape_of(inst.operands[1]).dims
         window = math.prod(w.size for w in attrs.window.dimensions)
         return window * kernel[cd.kernel_input_feature_dimension]
-    if op in ("all-reduce", "reduce-scatter") and len(attrs.replica_groups):
+    if op in SYNC_COLLECTIVES and op in TO_APPLY and len(attrs.replica_groups):
+        # (a collective that reduces: its sums are as deep as its largest group)
         return max(len(g.replica_ids) for g in attrs.replica_groups)
     return 1
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from hlo_spmd.ir.builder import element_type_of
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import REDUCTION_KINDS
 from hlo_spmd.ir.primitive_types import (COMPLEX, FLOATING, SIGNED_INTEGRAL, UNSIGNED_INTEGRAL,
                                          PrimitiveType, numpy_dtype)
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -137,7 +138,7 @@ def pad_value_identity(reducer_opcode: str, element_type: Any) -> Any:
             return val(0)
         if op == "multiply":
             return val(1)
-        if et in FLOATING and op in ("maximum", "minimum"):
+        if et in FLOATING and REDUCTION_KINDS.get(op) in ("max", "min"):
             return _float_extreme(dtype, op == "maximum")
     elif et in SIGNED_INTEGRAL or et in UNSIGNED_INTEGRAL:
         info = _int_info(dtype)
