@@ -56,8 +56,8 @@ def test_manual_pairs():
     ("{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", "{devices=[1,4]<=[4]}"),  # a gather
 ])
 def test_dot_planner_cost_is_what_stats_reports(lhs, rhs, out):
-    from hlo_spmd.passes.partition.handlers.dot_dims import DotDims
-    from hlo_spmd.passes.partition.handlers.dot_plan import Planner, Problem
+    from hlo_spmd.passes.partition.support.dot_dims import DotDims
+    from hlo_spmd.passes.partition.support.dot_plan import Planner, Problem
 
     text = f"""HloModule m, num_partitions=4
 
@@ -93,8 +93,8 @@ def test_dot_price_and_stats_agree_on_element_size(et, ebytes, lhs, rhs, out):
     ``Shape.byte_size``) prices the dot at the bytes ``stats`` counts in the program."""
     from hlo_spmd.ir.primitive_types import element_bytes
     from hlo_spmd.passes.partition.handlers.dot import _ebytes
-    from hlo_spmd.passes.partition.handlers.dot_dims import DotDims
-    from hlo_spmd.passes.partition.handlers.dot_plan import Planner, Problem
+    from hlo_spmd.passes.partition.support.dot_dims import DotDims
+    from hlo_spmd.passes.partition.support.dot_plan import Planner, Problem
 
     text = f"""HloModule m, num_partitions=4
 

@@ -12,8 +12,8 @@ import itertools
 import pytest
 
 from hlo_spmd.ir.text_parser import parse_module
-from hlo_spmd.passes.partition.handlers import dot_dims as dd
-from hlo_spmd.passes.partition.handlers.dot_plan import MAX_DEPTH, Planner, Problem
+from hlo_spmd.passes.partition.support import dot_dims as dd
+from hlo_spmd.passes.partition.support.dot_plan import MAX_DEPTH, Planner, Problem
 from hlo_spmd.sharding import parse_sharding
 
 

@@ -25,8 +25,8 @@ from hlo_spmd.ir.io import load_module, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.ir.text_printer import print_instruction  # noqa: E402
 from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
-from hlo_spmd.passes.partition.handlers import dot_dims as dd  # noqa: E402
-from hlo_spmd.passes.partition.handlers.dot_plan import Planner, Problem  # noqa: E402
+from hlo_spmd.passes.partition.support import dot_dims as dd  # noqa: E402
+from hlo_spmd.passes.partition.support.dot_plan import Planner, Problem  # noqa: E402
 from hlo_spmd.sharding import (HloSharding, group_by_dims, parse_sharding,  # noqa: E402
                                shard_bounds, ungroup)
 

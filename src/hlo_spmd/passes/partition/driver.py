@@ -20,7 +20,7 @@ from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
                                                PartitionReport)
 from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
 from hlo_spmd.passes.partition.reshard import reshard

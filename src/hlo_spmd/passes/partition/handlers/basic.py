@@ -5,7 +5,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import reshard

@@ -29,7 +29,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding, replicate_all_data_dims

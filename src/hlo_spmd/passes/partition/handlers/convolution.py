@@ -43,9 +43,9 @@ from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (device_scalar, exchange_window, mask_outside,
                                             plan_window, tile_index_table, tiles_of)
-from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
-from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
+from hlo_spmd.passes.partition.support.dot_dims import (data_tiles, group0_view, is_plain,
                                                        regroup, ungroup_to)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -349,7 +349,7 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
     if not out:
         return []
     from hlo_spmd.passes.partition.handlers.dot import _ebytes
-    from hlo_spmd.passes.partition.handlers.dot_plan import Planner
+    from hlo_spmd.passes.partition.support.dot_plan import Planner
 
     # The alternative: gather the kernel's windowed dims, exchange the input's windows for
     # output tiles (the output tiled like the input), gather the output back.

@@ -28,10 +28,10 @@ from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
-from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, DotDims, data_tiles,
+from hlo_spmd.passes.partition.support.common import emit_like
+from hlo_spmd.passes.partition.support.dot_dims import (CONTRACTING, DotDims, data_tiles,
                                                        is_plain, manual_groups)
-from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Planner,
+from hlo_spmd.passes.partition.support.dot_plan import (BasePlan, GroupPlan, Plan, Planner,
                                                        Problem, reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -101,7 +101,7 @@ def partition_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     _record_plan(ctx, inst, plan)
     threshold = ctx.state.options.windowed_einsum_threshold_mib
     if threshold is not None and local_op is _local_dot:
-        from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_dot
+        from hlo_spmd.passes.partition.support.dot_windowed import windowed_dot
 
         out = windowed_dot(ctx, inst, plan, problem, lhs, rhs, out_shape, threshold,
                            ctx.state.options.windowed_einsum_bidirectional,
@@ -141,7 +141,7 @@ def emit_plan(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, 
         pv = _emit_group(ctx, inst, plan, p, lhs, rhs, out_shape, local_op)
     elif threshold is not None and local_op is _local_dot and plan.post == "reduce-scatter":
         # Windowed einsum, reduce-scatter form (here so it applies inside groups too).
-        from hlo_spmd.passes.partition.handlers.dot_windowed import windowed_reduce_scatter
+        from hlo_spmd.passes.partition.support.dot_windowed import windowed_reduce_scatter
 
         pv = windowed_reduce_scatter(ctx, inst, plan, p, lhs, rhs, out_shape, threshold,
                                      ctx.state.options.windowed_einsum_bidirectional,

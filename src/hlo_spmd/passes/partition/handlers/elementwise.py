@@ -15,7 +15,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import ELEMENTWISE
 from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard, reshard_cost

@@ -49,8 +49,8 @@ from hlo_spmd.passes.gather_scatter_dims import GatherDims, Role, ScatterDims
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.handlers.common import copy_attrs
-from hlo_spmd.passes.partition.handlers.dot_dims import manual_groups
+from hlo_spmd.passes.partition.support.common import copy_attrs
+from hlo_spmd.passes.partition.support.dot_dims import manual_groups
 from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue

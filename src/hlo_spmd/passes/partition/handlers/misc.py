@@ -60,7 +60,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS, custom_call_by_target
-from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.support.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.handlers.control_flow import normalize
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles

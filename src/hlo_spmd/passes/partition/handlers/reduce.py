@@ -43,7 +43,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.support.common import copy_attrs, emit_like
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles

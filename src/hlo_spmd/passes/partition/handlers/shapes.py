@@ -14,7 +14,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table, to_sharding)
@@ -190,7 +190,7 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     operand = inst.operands[0]
     if not _scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
         return _fallback(ctx, inst)
-    from hlo_spmd.passes.partition.handlers.dynamic_window import dynamic_slice_or
+    from hlo_spmd.passes.partition.support.dynamic_window import dynamic_slice_or
 
     return dynamic_slice_or(ctx, inst, target, lambda: _dynamic_slice_whole(ctx, inst, target))
 

@@ -41,7 +41,7 @@ from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import pad_to, reshard_cost
@@ -330,7 +330,7 @@ def handle_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     identity = [d for d, c in enumerate(cfg)
                 if c.start == 0 and c.stride == 1 and c.limit == operand.shape.dims[d]]
     moving = [d for d in range(inst.shape.rank) if d not in identity]
-    from hlo_spmd.passes.partition.handlers.rotate import shift_or  # pipeline shifts
+    from hlo_spmd.passes.partition.support.rotate import shift_or  # pipeline shifts
 
     return shift_or(ctx, inst, target, lambda: _through(
         ctx, inst, target, moving, identity, lambda s: _slice_cost(ctx, inst, s), _slice_emit))
@@ -509,7 +509,7 @@ def handle_concatenate(ctx: PartitionContext, inst: Instruction) -> PValue:
         return _fallback(ctx, inst)
     dim = inst.dimensions[0]
     identity = [d for d in range(inst.shape.rank) if d != dim]
-    from hlo_spmd.passes.partition.handlers.rotate import rotate_or  # pipeline rotations
+    from hlo_spmd.passes.partition.support.rotate import rotate_or  # pipeline rotations
 
     return rotate_or(ctx, inst, target, lambda: _through(
         ctx, inst, target, [dim], identity, lambda s: _concat_cost(ctx, inst, s), _concat_emit))

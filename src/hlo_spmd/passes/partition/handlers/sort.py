@@ -25,9 +25,9 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.handlers.choose import cheapest_or_replicated
-from hlo_spmd.passes.partition.handlers.common import emit_like
-from hlo_spmd.passes.partition.handlers.local_dims import _common_leaf, _local, _sharded_dims
+from hlo_spmd.passes.partition.support.choose import cheapest_or_replicated
+from hlo_spmd.passes.partition.support.common import emit_like
+from hlo_spmd.passes.partition.support.local_dims import _common_leaf, _local, _sharded_dims
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles, handles_custom_call

@@ -31,7 +31,7 @@ from hlo_spmd.passes.dot_conv_dims import WindowDim, window_dims
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (_cut, exchange_window, mask_outside, plan_window,
                                             tile_index_table, tiles_of)
-from hlo_spmd.passes.partition.handlers.common import copy_attrs
+from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.slicing import (_rows_bytes, choose_compute_sharding,
                                                        itemsize, keep_only_tiled,
                                                        to_sharding, to_sharding_bytes)

@@ -44,9 +44,9 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.dot_dims import (CONTRACTING, LHS_NC, RHS_NC, DotDims,
+from hlo_spmd.passes.partition.support.dot_dims import (CONTRACTING, LHS_NC, RHS_NC, DotDims,
                                                        data_tiles)
-from hlo_spmd.passes.partition.handlers.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
+from hlo_spmd.passes.partition.support.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
                                                        reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import pad_to

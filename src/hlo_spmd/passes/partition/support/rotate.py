@@ -23,7 +23,7 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.choose import cheapest
+from hlo_spmd.passes.partition.support.choose import cheapest
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.sharding import HloSharding

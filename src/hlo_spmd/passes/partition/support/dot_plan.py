@@ -40,7 +40,7 @@ from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 from hlo_spmd.sharding import merge_compatible as _merge
-from hlo_spmd.passes.partition.handlers.dot_dims import (
+from hlo_spmd.passes.partition.support.dot_dims import (
     BATCH, CONTRACTING, LHS_NC, RHS_NC, DotDims, data_tiles, group0_view, is_plain, lift,
     per_group_dims, project, reduction_groups, regroup, scattered, ungroup_to)
 

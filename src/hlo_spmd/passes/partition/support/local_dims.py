@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.handlers.common import emit_like
+from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding
 
