@@ -98,6 +98,16 @@ def test_every_registering_module_is_a_listed_family():
     assert modules == {PREFIX + f for f in handlers.FAMILIES}
 
 
+def test_handlers_holds_only_the_families():
+    # handlers/ is the families (each registers a handler); what they share and does not
+    # register lives in passes/partition/support/.
+    from pathlib import Path
+
+    here = Path(handlers.__file__).parent
+    assert sorted(p.stem for p in here.glob("*.py") if p.stem != "__init__") == \
+        sorted(handlers.FAMILIES)
+
+
 def test_second_registration_is_an_error():
     def other(ctx, inst):  # pragma: no cover - never called
         raise AssertionError

@@ -1,4 +1,4 @@
-"""Windowed einsum (handlers/dot_windowed.py, ``partition --windowed-einsum-threshold``):
+"""Windowed einsum (support/dot_windowed.py, ``partition --windowed-einsum-threshold``):
 a dot whose plan all-gathers an operand becomes a loop of collective-permutes with a
 partial dot per step, unidirectional and bidirectional; so does a dot whose plan ends in
 a reduce-scatter of its partial sums (the accumulator of one output piece travels the

@@ -12,7 +12,7 @@ object: iteration dim ``o < output_rank`` is output dim ``o``; then one dim per
 contracting pair; then one per operand dim that is in neither (kernel spatial dims,
 the kernel input feature of a grouped convolution, size-1 dims of degenerate spatial
 dims). A tiled sharding of the iteration space says which block of the computation a
-device does (see partition/handlers/dot_dims). For a convolution the planner classes
+device does (see partition/support/dot_dims). For a convolution the planner classes
 differ from the completion classes in one way: with ``feature_group_count`` > 1 the input
 feature, kernel output feature and output feature form a *batch* dim (every shard holds
 whole groups), and with ``batch_group_count`` > 1 so do the input batch, kernel output

@@ -63,7 +63,7 @@ class PartitionOptions(Record):
                  windowed_einsum_bidirectional: bool = False,
                  combine_threshold_mib: float | None = 30.0) -> None:
         # XLA's threshold_for_windowed_einsum_mib: a dot whose operand all-gather is larger
-        # (MiB per device) runs as a loop of collective-permutes (handlers/dot_windowed.py).
+        # (MiB per device) runs as a loop of collective-permutes (support/dot_windowed.py).
         # None: off.
         self.windowed_einsum_threshold_mib = windowed_einsum_threshold_mib
         # two streams of pieces, half the steps

@@ -3,7 +3,7 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
 
 * Batch, input feature, output feature and the degenerate spatial dims the shared dims
   model (passes/dot_conv_dims) reads as dot dims are partitioned by the dot planner
-  (handlers/dot_plan) with its cost-based choice and recursive grouping; a callback emits
+  (support/dot_plan) with its cost-based choice and recursive grouping; a callback emits
   the per-device convolution (window sizes of contracting-like spatial dims and the group
   counts rescaled to the local shapes). A batch-partitioned convolution moves nothing.
   ``feature_group_count`` (depthwise) and ``batch_group_count`` (their filter gradients):
