@@ -35,6 +35,7 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard_routes import array_bytes
 from hlo_spmd.sharding import HloSharding, ShardingType, device_offsets, tile_shape
 
 if TYPE_CHECKING:
@@ -286,7 +287,7 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
         k = int(groups.shape[1])
         twin = unreduced.reduced(src)
         local = tile_shape(twin, dims) if twin.is_tiled else list(dims)
-        part = float(math.prod(local)) * itemsize
+        part = array_bytes(local, itemsize)
         if not unreduced.is_unreduced(dst) and dst.is_tiled:
             for d in range(rank):
                 if local[d] % k == 0 and unreduced.scattered(src, n, rank, d) == dst:
@@ -303,7 +304,7 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
         if twin != src:
             steps.append(Via(src, twin, reshard_plan(dims, itemsize, src, twin, n).cost))
         return steps + [KeepOnLeader(twin, dst)]
-    full = float(math.prod(dims)) * itemsize
+    full = array_bytes(dims, itemsize)
     if src.is_maximal and _scatter_dim(dst, dims, n) is not None:
         return [OwnerReduceScatter(src, dst, bytes_per_device("reduce-scatter", full,
                                                               full / n, n))]
@@ -396,9 +397,9 @@ def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -
     total = 0.0
     for k, t in enumerate(tiles):
         if t > 1:
-            gathered = float(math.prod(local)) * t * itemsize
-            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
             local[k] *= t
+            gathered = array_bytes(local, itemsize)
+            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
     return total
 
 

@@ -184,8 +184,14 @@ def _local(tiles: Sequence[int], dims: Sequence[int]) -> tuple[int, ...]:
     return tuple(-(-int(d) // int(t)) for d, t in zip(dims, tiles))
 
 
-def _nbytes(shape: Sequence[int], itemsize: float) -> float:
-    return float(math.prod(shape)) * itemsize
+def array_bytes(shape: Sequence[int], itemsize: float) -> float:
+    """Bytes of an array of ``shape`` with ``itemsize`` bytes per element, sub-byte
+    elements packed and the array rounded up to whole bytes (``Shape.byte_size``: the
+    size ``stats`` measures collectives on)."""
+    return float(math.ceil(math.prod(shape) * itemsize))
+
+
+_nbytes = array_bytes
 
 
 def _groups(keys: np.ndarray, member: np.ndarray, size: int) -> np.ndarray | None:
@@ -437,8 +443,10 @@ class AllGather(Step):
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
 
     def cost(self, lay, dims, itemsize):
-        part = _nbytes(_local(lay.tiles, dims), itemsize)
-        return bytes_per_device("all-gather", part, part * self.factor, self.factor)
+        local = list(_local(lay.tiles, dims))
+        part = _nbytes(local, itemsize)
+        local[self.dim] *= self.factor
+        return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
 
     def emit(self, ctx, x, lay, dims):
         from hlo_spmd.passes.partition.reshard import slice_to
