@@ -81,8 +81,7 @@ def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) 
         return _reshard_tuple(ctx, pv, target)
     if not shape.is_array:
         return PValue(pv.hlo, shape, target)
-    plan = reshard_plan(shape.dims, element_bytes(shape.element_type), pv.sharding, target,
-                        ctx.num_devices)
+    plan = _value_plan(ctx, pv, target)
     for step in plan.steps:
         pv = step.emit(ctx, pv)
     return pv
@@ -230,6 +229,38 @@ class KeepOnLeader(Step):
         return unreduced.keep_on_leader(ctx, pv, self.dst)
 
 
+class Remake(Step):
+    """Re-make the value in the target on every device from what is already there
+    (partition/recreate.py: iota, small constants, broadcasts of values available at no
+    cost, elementwise ops of such): nothing moves."""
+    kind = "recreate"
+
+    def __init__(self, src: HloSharding, dst: HloSharding, origin: Instruction) -> None:
+        super().__init__(src, dst, 0.0)
+        self.origin = origin
+
+    def emit(self, ctx, pv):
+        from hlo_spmd.passes.partition import recreate
+
+        return recreate.remake(ctx, self.origin, self.dst)
+
+
+def _value_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> "ReshardPlan":
+    """The plan for this very value: ``reshard_plan`` of its shapes and shardings, or
+    re-making it in ``target`` when that plan would move data and the value can be
+    re-made from what is already on every device."""
+    shape = pv.base_shape
+    plan = reshard_plan(shape.dims, element_bytes(shape.element_type), pv.sharding, target,
+                        ctx.num_devices)
+    if plan.cost > 0 and math.isfinite(plan.cost):
+        from hlo_spmd.passes.partition import recreate
+
+        origin = recreate.origin(ctx, pv)
+        if origin is not None and recreate.ops_to_remake(ctx, origin, target) is not None:
+            return ReshardPlan([Remake(pv.sharding, target, origin)])
+    return plan
+
+
 def _adder(x: Instruction) -> str:
     return "or" if x.shape.element_type == PrimitiveType.PRED else "add"
 
@@ -349,11 +380,13 @@ def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
     return reshard_plan(dims, itemsize, src, dst, num_devices).cost
 
 
-def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple[float, float]:
+def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding,
+                  recreate: bool = True) -> tuple[float, float]:
     """(bytes per device on the wire, bytes of the largest new array) that
     ``reshard(ctx, pv, target)`` would cost now: nothing when the reshard cache already
     holds it, else ``reshard_cost`` and ``reshard_peak`` (the price a planner compares
-    before emitting only its winner)."""
+    before emitting only its winner); no bytes on the wire when the value would be
+    re-made in ``target`` (``recreate=False``: the price of moving it)."""
     if pv.sharding == target or _cache_key(ctx, pv, target) in ctx.state.reshard_cache:
         return 0.0, 0.0
     shape = pv.base_shape
@@ -364,6 +397,12 @@ def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> t
                  zip(shape.tuple_shapes, _tuple_elems(pv.sharding, n), _tuple_elems(target, n))]
         return sum(p[0] for p in parts), max((p[1] for p in parts), default=0.0)
     n = ctx.num_devices
+    if recreate:
+        plan = _value_plan(ctx, pv, target)
+        if plan.steps and isinstance(plan.steps[0], Remake):
+            local = tile_shape(target, shape.dims) if target.is_tiled else shape.dims
+            return 0.0, array_bytes(local, size)
+        return plan.cost, reshard_peak(shape.dims, size, pv.sharding, target, n)
     return (reshard_cost(shape.dims, size, pv.sharding, target, n),
             reshard_peak(shape.dims, size, pv.sharding, target, n))
 

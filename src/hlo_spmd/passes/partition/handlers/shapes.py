@@ -19,9 +19,10 @@ from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table)
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
+    broadcast_operand_sharding, local_iota, with_kind_of as remake)
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.sharding import (HloSharding, device_offsets, partial_replicate,
-                               partial_replicate_all_except, reshape_sharding, tile_shape,
+from hlo_spmd.sharding import (HloSharding, partial_replicate, reshape_sharding, tile_shape,
                                transpose_sharding)
 from hlo_spmd.sharding.algebra import memoised
 
@@ -29,36 +30,7 @@ S32 = PrimitiveType.S32
 REPLICATED = HloSharding.replicate()
 
 
-def remake(like: HloSharding, ta) -> HloSharding:
-    """A sharding with tile assignment ``ta`` and ``like``'s kind of trailing dims."""
-    if like.replicate_on_last_tile_dim:
-        return HloSharding.partial_tile(ta)
-    if like.subgroup_types:
-        return HloSharding.subgroup(ta, like.subgroup_types)
-    return HloSharding.tile(ta)
-
-
 # -- broadcast ------------------------------------------------------------------------------
-@memoised
-def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims) -> HloSharding:
-    """The result's sharding restricted to the operand's dims: new dims (and size-1 operand
-    dims that are stretched) replicated, the rest in operand order."""
-    if not target.is_tiled:
-        return target
-    rank = len(out_dims)
-    kept = [dims_map[i] for i in range(len(dims_map)) if op_dims[i] == out_dims[dims_map[i]]]
-    s = partial_replicate_all_except(target, kept)
-    if not s.is_tiled:
-        return s
-    ta = s.tile_assignment
-    rest = [d for d in range(rank) if d not in dims_map]
-    perm = list(dims_map) + rest + list(range(rank, ta.ndim))
-    new = ta.transpose(perm).reshape([ta.dims[d] for d in dims_map] + list(ta.dims[rank:]))
-    if not dims_map and not s.subgroup_types and not s.replicate_on_last_tile_dim:
-        return REPLICATED
-    return remake(s, new)
-
-
 @handles("broadcast")
 def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
@@ -156,24 +128,7 @@ def handle_iota(ctx: PartitionContext, inst: Instruction) -> PValue:
         shape = inst.shape
         return PValue(emit_like(ctx, inst, [], shape), inst.shape,
                       target if target.is_manual else REPLICATED)
-    dim = inst.dimensions[0]
-    dims = inst.shape.dims
-    local = tile_shape(target, dims)
-    local_shape = inst.shape.with_dims(local)
-    if tiles_of(target, len(dims))[dim] == 1:
-        return PValue(emit_like(ctx, inst, [], local_shape), inst.shape, target)
-    b = ctx.b
-    et = inst.shape.element_type
-    it = S32 if dims[dim] < 2 ** 31 else PrimitiveType.S64
-    x = b.iota(it, local, dim)
-    table = device_offsets(target, dims, num_devices=ctx.num_devices)[:, dim]
-    off = ctx.logical_table(table)
-    if it != S32:
-        off = b.convert(off, it)
-    x = b.add(x, b.broadcast(off, list(local), []))
-    if et != it:
-        x = b.convert(x, et, name=inst.name)
-    return PValue(x, inst.shape, target)
+    return PValue(local_iota(ctx, inst, target), inst.shape, target)
 
 
 # -- dynamic-slice --------------------------------------------------------------------------
