@@ -132,3 +132,23 @@ ENTRY %main (p: f32[8,16,32]) -> f32[8,16,32] {{
     assert module_stats(_run("long_chain", text), 8).total_bytes_per_device > 0
     short = text.replace(f"add(%p, %n{MAX_OPS})", f"add(%p, %n{MAX_OPS - 2})")
     assert module_stats(_run("short_chain", short), 8).total_bytes_per_device == 0
+
+
+def test_an_elementwise_op_over_data_is_moved_not_recomputed():
+    """cos(parameter) annotated tiled and wanted replicated: its operand is data, so the
+    tiles are gathered (as XLA does) rather than cos recomputed over the whole array on
+    every device (more compute and a larger peak; shardy_sharding_group's form)."""
+    text = """
+HloModule over_data
+ENTRY %main (b: f32[8,16]) -> f32[8,16] {
+  %b = f32[8,16]{1,0} parameter(0), sharding={replicated}
+  %c = f32[8,16]{1,0} cosine(%b), sharding={devices=[2,4]<=[8]}
+  %k = f32[] constant(2)
+  %kb = f32[8,16]{1,0} broadcast(%k), dimensions={}, sharding={devices=[2,4]<=[8]}
+  %m = f32[8,16]{1,0} multiply(%c, %kb), sharding={devices=[2,4]<=[8]}
+  ROOT %r = f32[8,16]{1,0} copy(%m), sharding={replicated}
+}"""
+    out = _run("over_data", text)
+    assert module_stats(out, 8).total_bytes_per_device > 0
+    cos = [i for i in out.instructions() if i.opcode == "cosine"]
+    assert [list(i.shape.dims) for i in cos] == [[4, 4]]

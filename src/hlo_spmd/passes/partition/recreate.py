@@ -2,7 +2,7 @@
 
 An iota, a small constant, a broadcast whose operand is itself re-makeable or already
 available in the sharding the broadcast needs at no cost, and elementwise ops (convert
-included) over such values hold the same data whatever sharding they are computed in.
+included) whose array operands are such values hold the same data whatever sharding they are computed in.
 When the plan of ``reshard`` would move such a value, each device re-makes its own tile
 in the target sharding instead (XLA moves 0 bytes for them: its partitioner re-emits a
 broadcast of a replicated operand in the sharding a user asks for). ``reshard`` asks
@@ -70,16 +70,22 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         return 1
     if op == "constant":
         return 1 if math.prod(inst.shape.dims) <= MAX_CONSTANT_ELEMENTS else None
+    # (operand, the sharding it is needed in, whether it may be taken where it is when
+    # that is free): a broadcast's operand may (the broadcast re-made from a value that
+    # is already there), so may an elementwise op's scalar bounds; an elementwise op's
+    # array operands must be re-makeable values themselves (an op over data computed
+    # elsewhere, cos(parameter), is data to move, not to compute again at every size).
     if op == "broadcast":
-        needs = [(inst.operands[0], _broadcast_need(inst, target))]
+        needs = [(inst.operands[0], _broadcast_need(inst, target), True)]
     elif op in ELEMENTWISE and op not in SIDE_EFFECTING:
         rank = inst.shape.rank
-        needs = [(o, target if o.shape.rank == rank else _REPLICATED) for o in inst.operands]
+        needs = [(o, target, False) if o.shape.rank == rank else (o, _REPLICATED, True)
+                 for o in inst.operands]
     else:
         return None
     used = 1
-    for operand, s in needs:
-        n = _operand_ops(ctx, operand, s, budget - used)
+    for operand, s, free_ok in needs:
+        n = _operand_ops(ctx, operand, s, budget - used, free_ok)
         if n is None:
             return None
         used += n
@@ -87,14 +93,14 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
 
 
 def _operand_ops(ctx: "PartitionContext", operand: Instruction, s: HloSharding,
-                 budget: int) -> int | None:
+                 budget: int, free_ok: bool) -> int | None:
     from hlo_spmd.passes.partition.reshard import reshard_price
 
     pv = ctx.values.get(id(operand))
     if pv is None:
         return None
-    if pv.sharding == s or (not pv.base_shape.is_tuple and reshard_price(
-            ctx, pv, s, recreate=False)[0] == 0):
+    if free_ok and (pv.sharding == s or (not pv.base_shape.is_tuple and reshard_price(
+            ctx, pv, s, recreate=False)[0] == 0)):
         return 0
     inst = origin(ctx, pv)
     return None if inst is None else ops_to_remake(ctx, inst, s, budget)

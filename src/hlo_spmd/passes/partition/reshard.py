@@ -1,19 +1,31 @@
 """Resharding: the single way a partitioned value changes sharding.
 
-Routes (cheapest that applies):
+A reshard is planned as data before anything is emitted (``reshard_plan``, pure in the
+global dims, element size, source, target and device count): an ordered chain of steps,
+each priced in bytes per device on the wire as collectives/cost.py prices what it emits
+for ``stats``. Steps (cheapest route that applies):
   same sharding                 -> nothing
-  replicated -> tiled           -> pad (uneven) + dynamic-slice at this device's offset, no traffic
+  replicated -> tiled           -> local cut: pad (uneven) + dynamic-slice at this
+                                   device's offset, no traffic
   tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
-  maximal -> anything           -> select on the owner + all-reduce, then as replicated
-  tiled / partially replicated  -> the cheapest plan of reshard_routes (dynamic-slice,
-    <-> tiled / partially          all-gather, all-to-all, collective-permute and chains
-    replicated                     of them, costed in bytes per device), when it beats:
-  anything else                 -> through replicated (correct for every pair)
-Tuple values reshard per element.
+  maximal -> one dim tiled      -> reduce-scatter of the owner-only value
+  maximal -> anything else      -> select on the owner + all-reduce, then as replicated
+  unreduced -> reduced          -> all-reduce over the groups of partial sums (or one
+                                   reduce-scatter when the target tiles a dim across
+                                   exactly the group), then the twin's own plan
+  reduced -> unreduced          -> to the twin, then the group's first device keeps it
+  tiled / partially replicated  -> the cheapest chain of reshard_routes (local cut,
+    <-> tiled / partially          all-gather, all-to-all, collective-permute), when
+    replicated                     it beats:
+  anything else                 -> through the replicated value (remembered itself)
+A value cheaper to re-make than to move (an iota, a small constant, a broadcast of what
+is already there, elementwise ops of such; partition/recreate.py) is re-made in the
+target instead: a 0-byte step, chosen per value (``_value_plan``). Tuple values reshard
+per element.
 
-``reshard_cost`` is the one cost function: the bytes per device on the wire (the figure
-collectives/cost.py gives ``stats``) of exactly the route ``reshard`` takes. Every planner
-prices its candidates with it.
+``reshard`` walks exactly the plan it prices: ``reshard_cost`` is that plan's price and
+``reshard_price`` the price for one value now (0 when cached or re-made). Every planner
+prices its candidates with them.
 
 Reshards are remembered (XLA's PartitionedHlo reshard cache): per computation and device
 grouping, a value resharded to a target once is reused by every later user, and the
