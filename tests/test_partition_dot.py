@@ -446,12 +446,13 @@ def test_regroup_replicated_across_groups():
 
 
 def test_reshard_cost_model():
-    planner = Planner()
+    from hlo_spmd.passes.partition.reshard import reshard_cost
+
     rows = parse_sharding(R8)
-    cost = planner.reshard_bytes((16, 32), rows, HloSharding.replicate(), 8, 4)
+    cost = reshard_cost((16, 32), 4, rows, HloSharding.replicate(), 8)
     assert cost == pytest.approx(16 * 32 * 4 * 7 / 8)
-    assert planner.reshard_bytes((16, 32), HloSharding.replicate(), rows, 8, 4) == 0
-    assert planner.reshard_bytes((16, 32), rows, rows, 8, 4) == 0
+    assert reshard_cost((16, 32), 4, HloSharding.replicate(), rows, 8) == 0
+    assert reshard_cost((16, 32), 4, rows, rows, 8) == 0
 
 
 def test_planner_prefers_fewer_bytes():

@@ -3,6 +3,8 @@ collective factory (with the current device grouping), the partitioned values of
 already-handled instructions, and the report of what was done."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from hlo_spmd.collectives.factory import CollectiveFactory
@@ -16,6 +18,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.proto import hlo_pb2
 from hlo_spmd.passes.partition.reshard import reshard as _reshard
 from hlo_spmd.records import Record
 from hlo_spmd.sharding import HloSharding, tile_shape
@@ -78,7 +81,7 @@ class ModuleState(Record):
     """Shared by every context of one partitioning run."""
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
-    __slots__ = __match_args__
+    __slots__ = __match_args__ + ("origins",)
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
@@ -93,6 +96,9 @@ class ModuleState(Record):
         # the value already produced, so every later user shares one set of collectives.
         self.reshard_cache = {} if reshard_cache is None else reshard_cache
         self.options = PartitionOptions() if options is None else options
+        # id(local instruction) -> (it, the source instruction whose handler made it): what
+        # reshard asks to re-make a value instead of moving it (partition/recreate.py).
+        self.origins: dict[int, tuple[Instruction, Instruction]] = {}
 
 
 class PartitionContext:
@@ -148,6 +154,17 @@ class PartitionContext:
         return self.f.log.scope(kind, serves)
 
     # -- helpers ------------------------------------------------------------------------
+    def emit_like(self, inst: Instruction, operands: Sequence[Instruction], local_shape: Shape,
+                  name: str | None = None) -> Instruction:
+        """``inst``'s opcode and attributes on local operands, with a declared local shape.
+        Called computations are copied as-is (reducers, comparators, map bodies)."""
+        called = [self.clone(c) for c in inst.called_computations] \
+            if inst.called_computations else ()
+        attrs = hlo_pb2.HloInstructionProto()  # copy_attrs, inline: once per emitted op
+        attrs.CopyFrom(inst.attrs)
+        # ``op`` copies the operand list itself.
+        return self.b.op(inst.opcode, operands, attrs, called, local_shape, name or inst.name)
+
     def clone(self, comp: Computation) -> Computation:
         """A computation called as-is (reducers, comparators): copied once."""
         copy = clone_computation(comp, self.state.out, self.state.clone_memo)

@@ -96,6 +96,7 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     b = ctx.b
     values = ctx.values
     handler_of = ctx.state.report.handler_of
+    origins = ctx.state.origins
     log = ctx.f.log
     handlers_get = HANDLERS.get
     # opcode -> (handler, its report name); id(sharding) -> (sharding, fully manual):
@@ -134,6 +135,9 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
         finally:
             log.leave()
         values[id(inst)] = pv
+        # (first maker wins: a handler passing its operand's value through keeps the
+        # operand as the origin, the same data)
+        origins.setdefault(id(pv.hlo), (pv.hlo, inst))
         handler_of[inst.name] = name
     b.metadata = None
 

@@ -1,19 +1,31 @@
 """Resharding: the single way a partitioned value changes sharding.
 
-Routes (cheapest that applies):
+A reshard is planned as data before anything is emitted (``reshard_plan``, pure in the
+global dims, element size, source, target and device count): an ordered chain of steps,
+each priced in bytes per device on the wire as collectives/cost.py prices what it emits
+for ``stats``. Steps (cheapest route that applies):
   same sharding                 -> nothing
-  replicated -> tiled           -> pad (uneven) + dynamic-slice at this device's offset, no traffic
+  replicated -> tiled           -> local cut: pad (uneven) + dynamic-slice at this
+                                   device's offset, no traffic
   tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
-  maximal -> anything           -> select on the owner + all-reduce, then as replicated
-  tiled / partially replicated  -> the cheapest plan of reshard_routes (dynamic-slice,
-    <-> tiled / partially          all-gather, all-to-all, collective-permute and chains
-    replicated                     of them, costed in bytes per device), when it beats:
-  anything else                 -> through replicated (correct for every pair)
-Tuple values reshard per element.
+  maximal -> one dim tiled      -> reduce-scatter of the owner-only value
+  maximal -> anything else      -> select on the owner + all-reduce, then as replicated
+  unreduced -> reduced          -> all-reduce over the groups of partial sums (or one
+                                   reduce-scatter when the target tiles a dim across
+                                   exactly the group), then the twin's own plan
+  reduced -> unreduced          -> to the twin, then the group's first device keeps it
+  tiled / partially replicated  -> the cheapest chain of reshard_routes (local cut,
+    <-> tiled / partially          all-gather, all-to-all, collective-permute), when
+    replicated                     it beats:
+  anything else                 -> through the replicated value (remembered itself)
+A value cheaper to re-make than to move (an iota, a small constant, a broadcast of what
+is already there, elementwise ops of such; partition/recreate.py) is re-made in the
+target instead: a 0-byte step, chosen per value (``_value_plan``). Tuple values reshard
+per element.
 
-``reshard_cost`` is the one cost function: the bytes per device on the wire (the figure
-collectives/cost.py gives ``stats``) of exactly the route ``reshard`` takes. Every planner
-prices its candidates with it.
+``reshard`` walks exactly the plan it prices: ``reshard_cost`` is that plan's price and
+``reshard_price`` the price for one value now (0 when cached or re-made). Every planner
+prices its candidates with them.
 
 Reshards are remembered (XLA's PartitionedHlo reshard cache): per computation and device
 grouping, a value resharded to a target once is reused by every later user, and the
@@ -31,18 +43,15 @@ from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.errors import PartitionError
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.reshard_routes import array_bytes
 from hlo_spmd.sharding import HloSharding, ShardingType, device_offsets, tile_shape
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
-
-# Extra routes (all-to-all, collective-permute, partial replication changes) register here:
-# each takes (ctx, pv, target) and returns a PValue or None when it does not apply.
-SPECIAL_ROUTES: list = []
 
 
 @reshard_scope
@@ -79,109 +88,333 @@ def _reversible(s: HloSharding) -> bool:
 
 
 def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
-    src = pv.sharding
-    if pv.base_shape.is_tuple:
+    shape = pv.base_shape
+    if shape.is_tuple:
         return _reshard_tuple(ctx, pv, target)
-    if not pv.base_shape.is_array:
-        return PValue(pv.hlo, pv.base_shape, target)
-    if src.is_manual or target.is_manual:
-        if src.is_manual and target.is_manual:
-            return PValue(pv.hlo, pv.base_shape, target)
-        if target.is_manual and (src.is_replicated or src.is_maximal):
+    if not shape.is_array:
+        return PValue(pv.hlo, shape, target)
+    plan = _value_plan(ctx, pv, target)
+    for step in plan.steps:
+        pv = step.emit(ctx, pv)
+    return pv
+
+
+# -- the plan ---------------------------------------------------------------------------------
+# A reshard is planned as data before anything is emitted: an ordered chain of steps, each
+# taking the value from one sharding to the next and priced by collectives/cost.py the way
+# ``stats`` counts what it emits. ``reshard`` walks exactly the plan ``reshard_cost``
+# prices, so a planner's figure is the program's.
+
+class Step:
+    """One step of a reshard plan: ``src`` -> ``dst``, ``cost`` bytes per device."""
+    kind = ""
+
+    def __init__(self, src: HloSharding, dst: HloSharding, cost: float = 0.0) -> None:
+        self.src = src
+        self.dst = dst
+        self.cost = cost
+
+    def __repr__(self) -> str:
+        return f"{self.kind}({self.src} -> {self.dst}, {self.cost:g} B)"
+
+    def emit(self, ctx: "PartitionContext", pv: PValue) -> PValue:
+        raise NotImplementedError
+
+
+class Relabel(Step):
+    """The local value already is the target's (manual regions, a replicated value read
+    as the owner's, ...): nothing moves."""
+    kind = "relabel"
+
+    def emit(self, ctx, pv):
+        return PValue(pv.hlo, pv.base_shape, self.dst)
+
+
+class Impossible(Step):
+    """A pair no route joins (manual <-> non-manual): priced ``inf``, an error if emitted."""
+    kind = "impossible"
+
+    def emit(self, ctx, pv):
+        raise PartitionError(f"cannot reshard between manual and non-manual "
+                             f"({self.src} -> {self.dst})", f"instruction {pv.hlo.name}")
+
+
+class OwnerAllReduce(Step):
+    """Maximal -> replicated: the owner's value, zeros elsewhere, one all-reduce."""
+    kind = "all-reduce-from-owner"
+
+    def emit(self, ctx, pv):
+        return maximal_to_replicated(ctx, pv)
+
+
+class OwnerReduceScatter(Step):
+    """Maximal -> one dim tiled over every device: one reduce-scatter of the owner-only
+    value (half the bytes of all-reduce + slice)."""
+    kind = "reduce-scatter-from-owner"
+
+    def emit(self, ctx, pv):
+        return maximal_to_tiled(ctx, pv, self.dst)
+
+
+class Gather(Step):
+    """Tiled -> replicated: one all-gather per tiled dim, padding sliced off at the end."""
+    kind = "all-gather"
+
+    def emit(self, ctx, pv):
+        return replicate(ctx, pv)
+
+
+class CutLocal(Step):
+    """Replicated -> tiled: each device cuts its own tile, no communication."""
+    kind = "local-cut"
+
+    def emit(self, ctx, pv):
+        return slice_replicated(ctx, pv, self.dst)
+
+
+class Routes(Step):
+    """A chain of reshard_routes (local cut, all-gather, all-to-all, collective-permute)
+    between two tiled / partially replicated layouts."""
+    kind = "routes"
+
+    def __init__(self, src: HloSharding, dst: HloSharding, plan) -> None:
+        super().__init__(src, dst, plan.cost)
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return f"routes[{self.plan.name}]({self.src} -> {self.dst}, {self.cost:g} B)"
+
+    def emit(self, ctx, pv):
+        if not self.plan.steps:
+            return PValue(pv.hlo, pv.base_shape, self.dst)
+        from hlo_spmd.passes.partition.reshard_routes import reshard_with_plan
+
+        return reshard_with_plan(ctx, pv, self.dst, self.plan)
+
+
+class Via(Step):
+    """To an intermediate sharding through ``reshard`` itself, so that the intermediate
+    value (the replicated value, the reduced twin of a partial sum) is remembered for
+    later users; priced as that reshard's own plan."""
+    kind = "via"
+
+    def emit(self, ctx, pv):
+        return reshard(ctx, pv, self.dst)
+
+
+class GroupAllReduce(Step):
+    """Unreduced -> its reduced twin: all-reduce over each group of partial sums."""
+    kind = "all-reduce"
+
+    def emit(self, ctx, pv):
+        from hlo_spmd.passes.partition import unreduced
+
+        groups = unreduced.groups_of(self.src, ctx.num_devices, pv.base_shape.rank)
+        x = ctx.f.all_reduce(pv.hlo, _adder(pv.hlo), groups)
+        return PValue(x, pv.base_shape, self.dst)
+
+
+class GroupReduceScatter(Step):
+    """Unreduced -> tiled on ``dim`` across each group: one reduce-scatter."""
+    kind = "reduce-scatter"
+
+    def __init__(self, src: HloSharding, dst: HloSharding, cost: float, dim: int) -> None:
+        super().__init__(src, dst, cost)
+        self.dim = dim
+
+    def emit(self, ctx, pv):
+        from hlo_spmd.passes.partition import unreduced
+
+        groups = unreduced.groups_of(self.src, ctx.num_devices, pv.base_shape.rank)
+        x = ctx.f.reduce_scatter(pv.hlo, self.dim, _adder(pv.hlo), groups)
+        return PValue(x, pv.base_shape, self.dst)
+
+
+class KeepOnLeader(Step):
+    """Reduced -> unreduced: each group's first device keeps the value, the others hold
+    zeros (so the partial sums add up to it). No traffic."""
+    kind = "keep-on-leader"
+
+    def emit(self, ctx, pv):
+        from hlo_spmd.passes.partition import unreduced
+
+        return unreduced.keep_on_leader(ctx, pv, self.dst)
+
+
+class Remake(Step):
+    """Re-make the value in the target on every device from what is already there
+    (partition/recreate.py: iota, small constants, broadcasts of values available at no
+    cost, elementwise ops of such): nothing moves."""
+    kind = "recreate"
+
+    def __init__(self, src: HloSharding, dst: HloSharding, origin: Instruction) -> None:
+        super().__init__(src, dst, 0.0)
+        self.origin = origin
+
+    def emit(self, ctx, pv):
+        from hlo_spmd.passes.partition import recreate
+
+        return recreate.remake(ctx, self.origin, self.dst)
+
+
+def _value_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> "ReshardPlan":
+    """The plan for this very value: ``reshard_plan`` of its shapes and shardings, or
+    re-making it in ``target`` when that plan would move data and the value can be
+    re-made from what is already on every device."""
+    shape = pv.base_shape
+    plan = reshard_plan(shape.dims, element_bytes(shape.element_type), pv.sharding, target,
+                        ctx.num_devices)
+    if plan.cost > 0 and math.isfinite(plan.cost):
+        from hlo_spmd.passes.partition import recreate
+
+        origin = recreate.origin(ctx, pv)
+        if origin is not None and recreate.ops_to_remake(ctx, origin, target) is not None:
+            return ReshardPlan([Remake(pv.sharding, target, origin)])
+    return plan
+
+
+def _adder(x: Instruction) -> str:
+    return "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+
+
+class ReshardPlan:
+    """The steps ``reshard`` emits for one array, and their summed price (bytes per
+    device on the wire, as ``stats`` counts the emitted program)."""
+    __slots__ = ("steps", "cost")
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self.steps = tuple(steps)
+        self.cost = float(sum(s.cost for s in self.steps))
+
+    def __repr__(self) -> str:
+        return "ReshardPlan(" + ", ".join(map(repr, self.steps)) + ")"
+
+
+def reshard_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: HloSharding,
+                 num_devices: int) -> ReshardPlan:
+    """The plan ``reshard`` follows to take an array of global ``dims`` (``itemsize``
+    bytes per element, packed: ``element_bytes``) from ``src`` to ``dst`` over
+    ``num_devices`` logical devices. Pure in its (immutable) arguments; one plan per
+    distinct key (every handler's planner asks for the same few in every layer)."""
+    dims = tuple(int(d) for d in dims)
+    if src.is_tuple or dst.is_tuple:
+        raise ValueError("reshard_plan plans one array; plan tuple elements one by one")
+    key = (dims, float(itemsize), src, dst, num_devices)
+    hit = _PLANS.get(key)
+    if hit is None:
+        hit = _PLANS.put(key, ReshardPlan(_plan_steps(dims, float(itemsize), src, dst,
+                                                      num_devices)))
+    return hit
+
+
+_PLANS = BoundedMemo(1 << 15)
+
+
+def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: HloSharding,
+                n: int) -> list[Step]:
+    if src == dst:
+        return []
+    if src.is_manual or dst.is_manual:
+        if src.is_manual and dst.is_manual:
+            return [Relabel(src, dst)]
+        if dst.is_manual and (src.is_replicated or src.is_maximal):
             # Inside a manual region shapes are already local: a whole value (a constant,
             # an iota) is every device's manual value as it is.
-            return PValue(pv.hlo, pv.base_shape, target)
-        raise PartitionError(f"cannot reshard between manual and non-manual ({src} -> {target})",
-                             f"instruction {pv.hlo.name}")
-    from hlo_spmd.passes.partition import unreduced  # partial sums: their own routes
-    if unreduced.is_unreduced(src) or unreduced.is_unreduced(target):
-        return unreduced.reshard_unreduced(ctx, pv, target)
-    if src.is_maximal and _scatter_dim(target, pv.base_shape.dims, ctx.num_devices) is not None:
-        return maximal_to_tiled(ctx, pv, target)
+            return [Relabel(src, dst)]
+        return [Impossible(src, dst, math.inf)]
+    from hlo_spmd.passes.partition import unreduced  # partial sums
+
+    rank = len(dims)
+    if unreduced.is_unreduced(src):
+        groups = unreduced.groups_of(src, n, rank)
+        k = int(groups.shape[1])
+        twin = unreduced.reduced(src)
+        local = tile_shape(twin, dims) if twin.is_tiled else list(dims)
+        part = array_bytes(local, itemsize)
+        if not unreduced.is_unreduced(dst) and dst.is_tiled:
+            for d in range(rank):
+                if local[d] % k == 0 and unreduced.scattered(src, n, rank, d) == dst:
+                    return [GroupReduceScatter(src, dst, bytes_per_device(
+                        "reduce-scatter", part, part / k, k), d)]
+        steps: list[Step] = [GroupAllReduce(src, twin, bytes_per_device(
+            "all-reduce", part, part, k))]
+        if twin != dst:
+            steps.append(Via(twin, dst, reshard_plan(dims, itemsize, twin, dst, n).cost))
+        return steps
+    if unreduced.is_unreduced(dst):
+        twin = unreduced.reduced(dst)
+        steps = []
+        if twin != src:
+            steps.append(Via(src, twin, reshard_plan(dims, itemsize, src, twin, n).cost))
+        return steps + [KeepOnLeader(twin, dst)]
+    full = array_bytes(dims, itemsize)
+    if src.is_maximal and _scatter_dim(dst, dims, n) is not None:
+        return [OwnerReduceScatter(src, dst, bytes_per_device("reduce-scatter", full,
+                                                              full / n, n))]
+    steps = []
     if src.is_maximal:
-        pv = maximal_to_replicated(ctx, pv)
-        src = pv.sharding
-        if src == target:
-            return pv
-    if target.is_maximal:
+        rep = HloSharding.replicate()
+        steps.append(OwnerAllReduce(src, rep, bytes_per_device("all-reduce", full, full, n)))
+        src = rep
+        if src == dst:
+            return steps
+    tiles = src.tile_dims_for_data() if src.is_tiled else [1] * rank
+    if dst.is_maximal:
         # A replicated value is valid on the owner device as well.
-        return PValue(replicate(ctx, pv).hlo, pv.base_shape, target)
-    for route in SPECIAL_ROUTES:
-        out = route(ctx, pv, target)
-        if out is not None:
-            return out
-    if target.is_replicated:
-        return replicate(ctx, pv)
+        rep = HloSharding.replicate()
+        if not src.is_replicated:
+            steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles)))
+        return steps + [Relabel(rep, dst)]
+    from hlo_spmd.passes.partition import reshard_routes
+
+    if rank and src.is_tiled:
+        plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, n)
+        if plan is not None:
+            return steps + [Routes(src, dst, plan)]
+    if dst.is_replicated:
+        return steps + [Gather(src, dst, replicate_cost(dims, itemsize, tiles))]
     # Through the replicated value, itself remembered for later users.
-    return slice_replicated(ctx, reshard(ctx, pv, HloSharding.replicate()), target)
+    rep = HloSharding.replicate()
+    if not src.is_replicated:
+        steps.append(Via(src, rep, reshard_plan(dims, itemsize, src, rep, n).cost))
+    return steps + [CutLocal(rep, dst)]
 
 
 def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
                  dst: HloSharding, num_devices: int) -> float:
     """Bytes per device on the wire of ``reshard`` taking an array of global ``dims`` (of
     ``itemsize`` bytes per element) from ``src`` to ``dst`` over ``num_devices`` logical
-    devices: the route ``reshard`` itself chooses, each collective costed by
-    collectives/cost.py (so a plan's price is what ``stats`` reports for its program).
-    The reshard cache is not consulted: this is the price of a fresh reshard. ``inf``
-    for pairs ``reshard`` rejects (manual <-> non-manual)."""
+    devices: the price of the plan ``reshard`` walks (``reshard_plan``). The reshard
+    cache is not consulted: this is the price of a fresh reshard. ``inf`` for pairs
+    ``reshard`` rejects (manual <-> non-manual)."""
     if src == dst:
         return 0.0
-    dims = tuple(int(d) for d in dims)
-    if src.is_tuple or dst.is_tuple:
-        raise ValueError("reshard_cost prices one array; price tuple elements one by one")
-    # Pure in its (immutable) arguments and asked for by every handler's planner, with the
-    # same few keys in every layer of a model: one pricing per distinct key.
-    key = (dims, float(itemsize), src, dst, num_devices)
-    hit = _COSTS.get(key)
-    if hit is None:
-        hit = _COSTS.put(key, _reshard_cost(dims, itemsize, src, dst, num_devices))
-    return hit
+    return reshard_plan(dims, itemsize, src, dst, num_devices).cost
 
 
-_COSTS = BoundedMemo(1 << 15)
-
-
-def _reshard_cost(dims: tuple[int, ...], itemsize: float, src: HloSharding,
-                  dst: HloSharding, num_devices: int) -> float:
-    if src.is_manual or dst.is_manual:
-        if src.is_manual and dst.is_manual:
-            return 0.0
-        return 0.0 if dst.is_manual and (src.is_replicated or src.is_maximal) else math.inf
-    total = 0.0
-    full = float(math.prod(dims)) * itemsize
-    if src.is_maximal and _scatter_dim(dst, dims, num_devices) is not None:
-        return bytes_per_device("reduce-scatter", full, full / num_devices, num_devices)
-    if src.is_maximal:
-        total += bytes_per_device("all-reduce", full, full, num_devices)
-        src = HloSharding.replicate()
-        if src == dst:
-            return total
-    tiles = src.tile_dims_for_data() if src.is_tiled else [1] * len(dims)
-    if dst.is_maximal:
-        return total + replicate_cost(dims, itemsize, tiles)
-    from hlo_spmd.passes.partition import reshard_routes
-
-    plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, num_devices)
-    if plan is not None:
-        return total + plan.cost
-    return total + replicate_cost(dims, itemsize, tiles)
-
-
-def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple[float, float]:
+def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding,
+                  recreate: bool = True) -> tuple[float, float]:
     """(bytes per device on the wire, bytes of the largest new array) that
     ``reshard(ctx, pv, target)`` would cost now: nothing when the reshard cache already
     holds it, else ``reshard_cost`` and ``reshard_peak`` (the price a planner compares
-    before emitting only its winner)."""
+    before emitting only its winner); no bytes on the wire when the value would be
+    re-made in ``target`` (``recreate=False``: the price of moving it)."""
     if pv.sharding == target or _cache_key(ctx, pv, target) in ctx.state.reshard_cache:
         return 0.0, 0.0
     shape = pv.base_shape
-    size = bit_width(shape.element_type) / 8.0
+    size = element_bytes(shape.element_type)
     if pv.sharding.is_tuple or target.is_tuple:
         n = len(shape.tuple_shapes)
         parts = [reshard_price(ctx, PValue(pv.hlo, s, a), b) for s, a, b in
                  zip(shape.tuple_shapes, _tuple_elems(pv.sharding, n), _tuple_elems(target, n))]
         return sum(p[0] for p in parts), max((p[1] for p in parts), default=0.0)
     n = ctx.num_devices
+    if recreate:
+        plan = _value_plan(ctx, pv, target)
+        if plan.steps and isinstance(plan.steps[0], Remake):
+            local = tile_shape(target, shape.dims) if target.is_tiled else shape.dims
+            return 0.0, array_bytes(local, size)
+        return plan.cost, reshard_peak(shape.dims, size, pv.sharding, target, n)
     return (reshard_cost(shape.dims, size, pv.sharding, target, n),
             reshard_peak(shape.dims, size, pv.sharding, target, n))
 
@@ -215,9 +448,9 @@ def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -
     total = 0.0
     for k, t in enumerate(tiles):
         if t > 1:
-            gathered = float(math.prod(local)) * t * itemsize
-            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
             local[k] *= t
+            gathered = array_bytes(local, itemsize)
+            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
     return total
 
 
@@ -348,6 +581,3 @@ def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
     out = ctx.f.all_reduce(selected, op, np.arange(n).reshape(1, n))
     return PValue(out, pv.base_shape, HloSharding.replicate())
 
-
-# The routes register themselves in SPECIAL_ROUTES (imported last: they use this module).
-from hlo_spmd.passes.partition import reshard_routes  # noqa: E402,F401

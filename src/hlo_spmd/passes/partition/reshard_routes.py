@@ -39,10 +39,8 @@ import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.reshard import SPECIAL_ROUTES
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
 from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.device_ids import all_distinct
@@ -186,8 +184,14 @@ def _local(tiles: Sequence[int], dims: Sequence[int]) -> tuple[int, ...]:
     return tuple(-(-int(d) // int(t)) for d, t in zip(dims, tiles))
 
 
-def _nbytes(shape: Sequence[int], itemsize: float) -> float:
-    return float(math.prod(shape)) * itemsize
+def array_bytes(shape: Sequence[int], itemsize: float) -> float:
+    """Bytes of an array of ``shape`` with ``itemsize`` bytes per element, sub-byte
+    elements packed and the array rounded up to whole bytes (``Shape.byte_size``: the
+    size ``stats`` measures collectives on)."""
+    return float(math.ceil(math.prod(shape) * itemsize))
+
+
+_nbytes = array_bytes
 
 
 def _groups(keys: np.ndarray, member: np.ndarray, size: int) -> np.ndarray | None:
@@ -439,8 +443,10 @@ class AllGather(Step):
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
 
     def cost(self, lay, dims, itemsize):
-        part = _nbytes(_local(lay.tiles, dims), itemsize)
-        return bytes_per_device("all-gather", part, part * self.factor, self.factor)
+        local = list(_local(lay.tiles, dims))
+        part = _nbytes(local, itemsize)
+        local[self.dim] *= self.factor
+        return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
 
     def emit(self, ctx, x, lay, dims):
         from hlo_spmd.passes.partition.reshard import slice_to
@@ -1051,10 +1057,6 @@ def _replay(body: list[Step], start: Layout, intended: list[Layout], dims):
     return out, lay
 
 
-def _itemsize(pv: PValue) -> float:
-    return element_bytes(pv.base_shape.element_type)
-
-
 def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
                       plan: Plan) -> PValue:
     dims = tuple(int(d) for d in pv.base_shape.dims)
@@ -1142,24 +1144,3 @@ def _replicated_route_wins(src: Layout, dst: Layout, dims: tuple[int, ...],
             total += AllGather(k, tiles[k]).cost(_Tiles(tuple(tiles)), dims, itemsize)
             tiles[k] = 1
     return total >= replicate_cost(dims, itemsize, src.tiles)
-
-
-def route(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue | None:
-    """The SPECIAL_ROUTES entry: the cheapest plan, or None to let ``reshard`` go through
-    the replicated value (when nothing is cheaper or the shardings are not handled here)."""
-    shape = pv.base_shape
-    if not shape.is_array or shape.rank == 0 or any(int(d) == 0 for d in shape.dims):
-        return None
-    src = layout_of(pv.sharding, ctx.num_devices, shape.rank)
-    if src is None or tuple(pv.hlo.shape.dims) != _local(src.tiles, shape.dims):
-        return None
-    plan = chosen_plan(shape.dims, _itemsize(pv), pv.sharding, target, ctx.num_devices)
-    if plan is None:
-        return None
-    if not plan.steps:
-        return PValue(pv.hlo, shape, target)
-    return reshard_with_plan(ctx, pv, target, plan)
-
-
-if route not in SPECIAL_ROUTES:
-    SPECIAL_ROUTES.append(route)

@@ -7,9 +7,10 @@ unreduced / reduced API; XLA's UNREDUCED subgroup type).
 
 * unreduced -> reduced (replicated or tiled): all-reduce over the groups, or a
   reduce-scatter when the target tiles one dim across exactly the group
-  (XLA's PartitionedHlo::Reshard of an unreduced value);
+  (XLA's PartitionedHlo::Reshard of an unreduced value): steps of reshard's plan
+  (reshard.reshard_plan), priced with every other route;
 * reduced -> unreduced: the group's first device keeps the value, the others hold
-  zeros (so the sum is the value);
+  zeros (so the sum is the value): ``keep_on_leader``, a step of the same plan;
 * a dot whose result is annotated unreduced splits its contraction across the
   group and keeps the local partial sums (no all-reduce).
 
@@ -25,14 +26,15 @@ import numpy as np
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.sharding import HloSharding, ShardingType, TileAssignment, tile_shape
+from hlo_spmd.sharding import HloSharding, ShardingType, TileAssignment
 from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.instruction import Instruction
     from hlo_spmd.passes.partition.context import PartitionContext
 
-__all__ = ["LINEAR_OPS", "is_unreduced", "reduced", "reshard_unreduced", "dot_unreduced"]
+__all__ = ["LINEAR_OPS", "is_unreduced", "reduced", "groups_of", "scattered", "keep_on_leader",
+           "dot_unreduced"]
 
 def _array(s: HloSharding, n: int, rank: int) -> tuple[np.ndarray, int]:
     """(device array, index of the unreduced axis) of an unreduced sharding."""
@@ -49,7 +51,7 @@ def groups_of(s: HloSharding, n: int, rank: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(arr, u, -1).reshape(-1, arr.shape[u]))
 
 
-def _scattered(s: HloSharding, n: int, rank: int, dim: int) -> HloSharding:
+def scattered(s: HloSharding, n: int, rank: int, dim: int) -> HloSharding:
     """The sharding a reduce-scatter over ``s``'s groups along ``dim`` produces: the
     unreduced axis becomes the minor factor of ``dim``."""
     arr, u = _array(s, n, rank)
@@ -62,38 +64,15 @@ def _scattered(s: HloSharding, n: int, rank: int, dim: int) -> HloSharding:
     return HloSharding.subgroup(ta, types) if types else HloSharding.tile(ta)
 
 
-def _adder(x: Instruction) -> str:
-    return "or" if x.shape.element_type == PrimitiveType.PRED else "add"
-
-
-def reshard_unreduced(ctx: PartitionContext, pv: PValue, target: HloSharding) -> PValue:
-    """``reshard`` when the source or the target holds partial sums."""
-    from hlo_spmd.passes.partition.reshard import reshard
-
-    src = pv.sharding
-    dims = pv.base_shape.dims
-    rank, n = len(dims), ctx.num_devices
-    if is_unreduced(src):
-        groups = groups_of(src, n, rank)
-        k = groups.shape[1]
-        twin = reduced(src)
-        if not is_unreduced(target) and target.is_tiled:
-            local = tile_shape(twin, dims) if twin.is_tiled else list(dims)
-            for d in range(rank):
-                if local[d] % k == 0 and local[d] == pv.hlo.shape.dims[d] and \
-                        _scattered(src, n, rank, d) == target:
-                    x = ctx.f.reduce_scatter(pv.hlo, d, _adder(pv.hlo), groups)
-                    return PValue(x, pv.base_shape, target)
-        x = ctx.f.all_reduce(pv.hlo, _adder(pv.hlo), groups)
-        return reshard(ctx, PValue(x, pv.base_shape, twin), target)
-    # Reduced -> unreduced: the group's first device holds the value, the rest zeros.
-    twin = reduced(target)
-    whole = reshard(ctx, pv, twin)
-    groups = groups_of(target, n, rank)
+def keep_on_leader(ctx: PartitionContext, pv: PValue, target: HloSharding) -> PValue:
+    """``pv`` (held whole by each group of ``target``: its reduced twin) as a partial sum:
+    the group's first device holds the value, the rest zeros (a step of reshard's plan)."""
+    n = ctx.num_devices
+    groups = groups_of(target, n, pv.base_shape.rank)
     leader = np.zeros(n, dtype=np.int64)
     leader[groups[:, 0]] = 1
     b = ctx.b
-    x = whole.hlo
+    x = pv.hlo
     is_leader = b.compare(ctx.logical_table(leader), b.constant(np.int64(1), PrimitiveType.S32),
                           "EQ")
     if x.shape.rank:

@@ -349,13 +349,13 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
     if not out:
         return []
     from hlo_spmd.passes.partition.handlers.dot import _ebytes
-    from hlo_spmd.passes.partition.support.dot_plan import Planner
+    from hlo_spmd.passes.partition.reshard import reshard_cost
 
     # The alternative: gather the kernel's windowed dims, exchange the input's windows for
     # output tiles (the output tiled like the input), gather the output back.
     eb = _ebytes(rhs.hlo)
-    gather = Planner().reshard_bytes(tuple(rhs.base_shape.dims), rhs.sharding,
-                                     _clean(dims, RHS, rhs.sharding), ctx.num_devices, eb)
+    gather = reshard_cost(rhs.base_shape.dims, eb, rhs.sharding,
+                          _clean(dims, RHS, rhs.sharding), ctx.num_devices)
     k = 1
     for l, r, _, _ in out:
         k *= rt[r] if by_kernel else lt[l]

@@ -43,7 +43,7 @@ import numpy as np
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import IDEMPOTENT_REDUCERS
-from hlo_spmd.ir.primitive_types import PrimitiveType, bit_width
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.gather_scatter_dims import GatherDims, Role, ScatterDims
 from hlo_spmd.passes.partition.causes import with_cause
@@ -215,7 +215,7 @@ class Strategy:
 
 
 def _itemsize(shape: Shape) -> float:
-    return bit_width(shape.element_type) / 8.0
+    return element_bytes(shape.element_type)
 
 
 def _local_bytes(shape: Shape, s: HloSharding) -> float:

@@ -17,11 +17,12 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
-    tile_index_table, to_sharding)
+    tile_index_table)
 from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
+    broadcast_operand_sharding, local_iota, with_kind_of as remake)
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.sharding import (HloSharding, device_offsets, partial_replicate,
-                               partial_replicate_all_except, reshape_sharding, tile_shape,
+from hlo_spmd.sharding import (HloSharding, partial_replicate, reshape_sharding, tile_shape,
                                transpose_sharding)
 from hlo_spmd.sharding.common import memoised
 
@@ -29,43 +30,14 @@ S32 = PrimitiveType.S32
 REPLICATED = HloSharding.replicate()
 
 
-def remake(like: HloSharding, ta) -> HloSharding:
-    """A sharding with tile assignment ``ta`` and ``like``'s kind of trailing dims."""
-    if like.replicate_on_last_tile_dim:
-        return HloSharding.partial_tile(ta)
-    if like.subgroup_types:
-        return HloSharding.subgroup(ta, like.subgroup_types)
-    return HloSharding.tile(ta)
-
-
 # -- broadcast ------------------------------------------------------------------------------
-@memoised
-def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims) -> HloSharding:
-    """The result's sharding restricted to the operand's dims: new dims (and size-1 operand
-    dims that are stretched) replicated, the rest in operand order."""
-    if not target.is_tiled:
-        return target
-    rank = len(out_dims)
-    kept = [dims_map[i] for i in range(len(dims_map)) if op_dims[i] == out_dims[dims_map[i]]]
-    s = partial_replicate_all_except(target, kept)
-    if not s.is_tiled:
-        return s
-    ta = s.tile_assignment
-    rest = [d for d in range(rank) if d not in dims_map]
-    perm = list(dims_map) + rest + list(range(rank, ta.ndim))
-    new = ta.transpose(perm).reshape([ta.dims[d] for d in dims_map] + list(ta.dims[rank:]))
-    if not dims_map and not s.subgroup_types and not s.replicate_on_last_tile_dim:
-        return REPLICATED
-    return remake(s, new)
-
-
 @handles("broadcast")
 def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
     operand = inst.operands[0]
     op_sharding = broadcast_operand_sharding(target, inst.dimensions, operand.shape.dims,
                                              inst.shape.dims)
-    x = to_sharding(ctx, ctx.value(operand), op_sharding).hlo
+    x = ctx.reshard(ctx.value(operand), op_sharding).hlo
     local = ctx.local_shape(inst.shape, target)
     return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
 
@@ -78,7 +50,7 @@ def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
     # The inverse permutation (a tiny list: numpy's argsort costs more than the sort).
     inverse = sorted(range(len(perm)), key=perm.__getitem__)
     op_sharding = transpose_sharding(target, inverse) if target.is_tiled else target
-    x = to_sharding(ctx, ctx.value(inst.operands[0]), op_sharding).hlo
+    x = ctx.reshard(ctx.value(inst.operands[0]), op_sharding).hlo
     local = ctx.local_shape(inst.shape, target)
     return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
 
@@ -125,7 +97,7 @@ def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
     except Exception:
         back = None
     if back is not None and _maps_exactly(back, in_dims, out_dims, target):
-        x = to_sharding(ctx, pv, back).hlo
+        x = ctx.reshard(pv, back).hlo
         local = tile_shape(target, out_dims)
         return PValue(b.reshape(x, local, name=inst.name), inst.shape, target)
     # 2. Reshape in the operand's own sharding (when it maps), then reshard the result.
@@ -137,11 +109,11 @@ def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
         if fwd is not None and fwd.is_tiled and _maps_exactly(pv.sharding, in_dims, out_dims,
                                                               fwd):
             y = b.reshape(pv.hlo, tile_shape(fwd, out_dims), name=inst.name)
-            return to_sharding(ctx, PValue(y, inst.shape, fwd), target)
+            return ctx.reshard(PValue(y, inst.shape, fwd), target)
     # 3. Whole operand, reshape, cut this device's tile (correct for any pair).
     x = ctx.reshard(pv, REPLICATED).hlo
     y = b.reshape(x, out_dims, name=inst.name)
-    return to_sharding(ctx, PValue(y, inst.shape, REPLICATED), target)
+    return ctx.reshard(PValue(y, inst.shape, REPLICATED), target)
 
 
 # -- iota -----------------------------------------------------------------------------------
@@ -156,24 +128,7 @@ def handle_iota(ctx: PartitionContext, inst: Instruction) -> PValue:
         shape = inst.shape
         return PValue(emit_like(ctx, inst, [], shape), inst.shape,
                       target if target.is_manual else REPLICATED)
-    dim = inst.dimensions[0]
-    dims = inst.shape.dims
-    local = tile_shape(target, dims)
-    local_shape = inst.shape.with_dims(local)
-    if tiles_of(target, len(dims))[dim] == 1:
-        return PValue(emit_like(ctx, inst, [], local_shape), inst.shape, target)
-    b = ctx.b
-    et = inst.shape.element_type
-    it = S32 if dims[dim] < 2 ** 31 else PrimitiveType.S64
-    x = b.iota(it, local, dim)
-    table = device_offsets(target, dims, num_devices=ctx.num_devices)[:, dim]
-    off = ctx.logical_table(table)
-    if it != S32:
-        off = b.convert(off, it)
-    x = b.add(x, b.broadcast(off, list(local), []))
-    if et != it:
-        x = b.convert(x, et, name=inst.name)
-    return PValue(x, inst.shape, target)
+    return PValue(local_iota(ctx, inst, target), inst.shape, target)
 
 
 # -- dynamic-slice --------------------------------------------------------------------------
@@ -204,11 +159,11 @@ def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,
     sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
     mid = partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
         if target.is_tiled else target
-    x = to_sharding(ctx, ctx.value(operand), mid).hlo
+    x = ctx.reshard(ctx.value(operand), mid).hlo
     starts = [ctx.operand(inst, 1 + d, REPLICATED) for d in range(rank)]
     local = tile_shape(mid, inst.shape.dims) if mid.is_tiled else tuple(inst.shape.dims)
     y = ctx.b.dynamic_slice(x, starts, local, name=inst.name)
-    return to_sharding(ctx, PValue(y, inst.shape, mid), target)
+    return ctx.reshard(PValue(y, inst.shape, mid), target)
 
 
 # -- dynamic-update-slice -------------------------------------------------------------------
@@ -228,9 +183,9 @@ def handle_dynamic_update_slice(ctx: PartitionContext, inst: Instruction) -> PVa
     tiles = tiles_of(target, rank)
     sliced = [d for d in range(rank) if usizes[d] < dims[d]]
     split = [d for d in sliced if tiles[d] > 1]
-    base = to_sharding(ctx, ctx.value(base_op), target).hlo
+    base = ctx.reshard(ctx.value(base_op), target).hlo
     upd_sharding = partial_replicate(target, split) if target.is_tiled else target
-    upd = to_sharding(ctx, ctx.value(upd_op), upd_sharding).hlo
+    upd = ctx.reshard(ctx.value(upd_op), upd_sharding).hlo
     starts = [ctx.operand(inst, 2 + d, REPLICATED) for d in range(rank)]
     if not split:
         y = b.dynamic_update_slice(base, upd, starts, name=inst.name)
@@ -313,12 +268,12 @@ def handle_bitcast_convert(ctx: PartitionContext, inst: Instruction) -> PValue:
     if out_rank == in_rank - 1:
         # Narrow -> wide: the operand's minor dim is consumed whole.
         op_sharding = _add_minor(target, out_rank)
-        x = to_sharding(ctx, ctx.value(operand), op_sharding).hlo
+        x = ctx.reshard(ctx.value(operand), op_sharding).hlo
         local = ctx.local_shape(inst.shape, target)
         return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
     # Wide -> narrow: compute with the new minor dim whole, then cut if it is tiled.
     mid = partial_replicate(target, [out_rank - 1]) if target.is_tiled else target
-    x = to_sharding(ctx, ctx.value(operand), _drop_minor(mid, out_rank)).hlo
+    x = ctx.reshard(ctx.value(operand), _drop_minor(mid, out_rank)).hlo
     local = ctx.local_shape(inst.shape, mid)
     y = emit_like(ctx, inst, [x], local)
-    return to_sharding(ctx, PValue(y, inst.shape, mid), target)
+    return ctx.reshard(PValue(y, inst.shape, mid), target)

@@ -44,8 +44,8 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import pad_to, reshard_cost
-from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate, tile_shape
+from hlo_spmd.passes.partition.reshard import reshard_cost, reshard_price
+from hlo_spmd.sharding import HloSharding, partial_replicate, tile_shape
 from hlo_spmd.passes.partition.halo import (  # noqa: F401  (the shared halo utility)
     _cut, _static_slice, device_scalar, exchange_window, mask_outside, plan_window,
     position_mask, select_from, tile_index_table, tiles_of)
@@ -73,89 +73,14 @@ def keep_only_tiled(s: HloSharding, current: HloSharding, rank: int,
     return partial_replicate(s, [d for d in dims if tiles[d] > 1 and cur[d] == 1])
 
 
-def _same_tiles_on(a: HloSharding, b: HloSharding, dim: int, ctx: PartitionContext) -> bool:
-    return np.array_equal(tile_index_table(ctx, a, dim), tile_index_table(ctx, b, dim))
-
-
-def _local_route(ctx: PartitionContext, src: HloSharding, target: HloSharding,
-                 rank: int) -> list[int] | None:
-    """The dims ``to_sharding`` cuts locally to go from ``src`` to ``target`` ([]: only the
-    replication grouping differs), or None when it needs ``ctx.reshard``."""
-    if src == target or not target.is_tiled:
-        return None
-    if not (src.is_tiled or src.is_replicated) or src.is_manual_subgroup \
-            or target.is_manual_subgroup:
-        return None
-    st, tt = tiles_of(src, rank), target.tile_dims_for_data()
-    refine = []
-    for d in range(rank):
-        if st[d] == 1:
-            if tt[d] > 1:
-                refine.append(d)
-        elif st[d] != tt[d] or not _same_tiles_on(src, target, d, ctx):
-            return None
-    if not refine and not (src.is_tiled and _same_groups_ok(ctx, src, target, rank)):
-        return None
-    return refine
-
-
-def to_sharding(ctx: PartitionContext, pv: PValue, target: HloSharding) -> PValue:
-    """Reshard, cutting locally when ``target`` only refines ``pv``'s tiling: on every dim
-    the source either holds the whole dim or is tiled exactly like the target."""
-    if not pv.base_shape.is_array:
-        return ctx.reshard(pv, target)
-    rank = pv.base_shape.rank
-    refine = _local_route(ctx, pv.sharding, target, rank)
-    if refine is None:
-        return ctx.reshard(pv, target)
-    if not refine:
-        # Same tiles on every tiled dim; only the replication grouping differs.
-        return PValue(pv.hlo, pv.base_shape, target)
-    tt = target.tile_dims_for_data()
-    dims = pv.base_shape.dims
-    local = tile_shape(target, dims)
-    x = pv.hlo
-    padded = [local[d] * tt[d] if d in refine else x.shape.dims[d] for d in range(rank)]
-    x = pad_to(ctx, x, padded)
-    table = device_offsets(target, dims, num_devices=ctx.num_devices)
-    offsets = [ctx.logical_table(table[:, d]) if d in refine else 0 for d in range(rank)]
-    sizes = [local[d] if d in refine else x.shape.dims[d] for d in range(rank)]
-    return PValue(ctx.b.dynamic_slice(x, offsets, sizes), pv.base_shape, target)
-
-
 # -- communication costs --------------------------------------------------------------------
 def itemsize(shape: Shape) -> float:
     return element_bytes(shape.element_type)
 
 
-def reshard_bytes(ctx: PartitionContext, src: HloSharding, dst: HloSharding,
-                  shape: Shape) -> float | None:
-    """Bytes per device ``ctx.reshard`` moves to take a value of ``shape`` from ``src`` to
-    ``dst`` (``reshard.reshard_cost``, the one cost model); None for non-array values."""
-    if src == dst:
-        return 0.0
-    if not shape.is_array:
-        return None
-    return reshard_cost(shape.dims, itemsize(shape), src, dst, ctx.num_devices)
-
-
-def to_sharding_bytes(ctx: PartitionContext, src: HloSharding, dst: HloSharding,
-                      shape: Shape) -> float | None:
-    """Bytes per device ``to_sharding`` moves (0 when it cuts locally)."""
-    if shape.is_array and _local_route(ctx, src, dst, shape.rank) is not None:
-        return 0.0
-    return reshard_bytes(ctx, src, dst, shape)
-
-
 def _rows_bytes(local: Sequence[int], dim: int, size: float) -> float:
     """Bytes of one row along ``dim`` of a local array of shape ``local``."""
     return float(math.prod(int(v) for i, v in enumerate(local) if i != dim)) * size
-
-
-def _same_groups_ok(ctx: PartitionContext, src: HloSharding, dst: HloSharding, rank: int) -> bool:
-    """Every device holds the same tile under both (they differ only in replication)."""
-    return all(np.array_equal(tile_index_table(ctx, src, d), tile_index_table(ctx, dst, d))
-               for d in range(rank))
 
 
 def _has_empty(*shapes) -> bool:
@@ -237,12 +162,15 @@ def choose_compute_sharding(ctx: PartitionContext, inst: Instruction, target: Hl
     if base is None or base <= 0:
         return target
     best, best_cost = target, base
+    if not inst.shape.is_array:
+        return target  # (the way back is priced per array; several results stay put)
     for cand in compute_candidates(target, moving, identity, inst.shape.rank):
         c = cost(cand)
         if c is None or c >= best_cost - 1e-6:
             continue
-        back = to_sharding_bytes(ctx, cand, target, inst.shape)
-        if back is not None and c + back < best_cost - 1e-6:
+        back = reshard_cost(inst.shape.dims, itemsize(inst.shape), cand, target,
+                            ctx.num_devices)
+        if c + back < best_cost - 1e-6:
             best, best_cost = cand, c + back
     return best
 
@@ -251,7 +179,7 @@ def _through(ctx: PartitionContext, inst: Instruction, target: HloSharding, movi
              identity, cost, emit) -> PValue:
     mid = choose_compute_sharding(ctx, inst, target, moving, identity, cost)
     pv = emit(ctx, inst, mid)
-    return pv if mid is target else to_sharding(ctx, pv, target)
+    return pv if mid is target else ctx.reshard(pv, target)
 
 
 def _operand_plan(ctx: PartitionContext, operand: Instruction, s: HloSharding,
@@ -261,7 +189,7 @@ def _operand_plan(ctx: PartitionContext, operand: Instruction, s: HloSharding,
     pv = ctx.value(operand)
     rank = operand.shape.rank
     xs = keep_only_tiled(s, pv.sharding, rank, dims)
-    cost = to_sharding_bytes(ctx, pv.sharding, xs, operand.shape)
+    cost = reshard_price(ctx, pv, xs)[0]
     local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
     return xs, cost, local
 
@@ -306,7 +234,7 @@ def _slice_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -
     rank = inst.shape.rank
     cfg = list(inst.attrs.slice_dimensions)
     xs = keep_only_tiled(target, ctx.value(operand).sharding, rank, range(rank))
-    x = to_sharding(ctx, ctx.value(operand), xs).hlo
+    x = ctx.reshard(ctx.value(operand), xs).hlo
     starts = [c.start for c in cfg]
     limits = [c.limit for c in cfg]
     strides = [c.stride for c in cfg]
@@ -390,7 +318,7 @@ def _pad_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) -> 
     cfg = list(inst.attrs.padding_config.dimensions)
     value = ctx.operand(inst, 1, HloSharding.replicate())
     xs = keep_only_tiled(target, ctx.value(operand).sharding, rank, range(rank))
-    x = to_sharding(ctx, ctx.value(operand), xs).hlo
+    x = ctx.reshard(ctx.value(operand), xs).hlo
     tiles = tiles_of(target, rank)
     out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
     for d, first, width, need in _pad_windows(inst, target):
@@ -448,10 +376,7 @@ def _concat_cost(ctx: PartitionContext, inst: Instruction, s: HloSharding) -> fl
     cost = 0.0
     if tiles[dim] == 1:
         for op in inst.operands:
-            c = to_sharding_bytes(ctx, ctx.value(op).sharding, s, op.shape)
-            if c is None:
-                return None
-            cost += c
+            cost += reshard_price(ctx, ctx.value(op), s)[0]
         return cost
     o = tile_shape(s, inst.shape.dims)[dim]
     t = tiles[dim]
@@ -477,7 +402,7 @@ def _concat_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) 
     dim = inst.dimensions[0]
     tiles = tiles_of(target, rank)
     if tiles[dim] == 1:
-        ops = [to_sharding(ctx, ctx.value(op), target).hlo for op in inst.operands]
+        ops = [ctx.reshard(ctx.value(op), target).hlo for op in inst.operands]
         local = ctx.local_shape(inst.shape, target)
         return PValue(emit_like(ctx, inst, ops, local), inst.shape, target)
     o = tile_shape(target, inst.shape.dims)[dim]
@@ -493,7 +418,7 @@ def _concat_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) 
             continue
         pv = ctx.value(op)
         xs = keep_only_tiled(target, pv.sharding, rank, [dim])
-        x = to_sharding(ctx, pv, xs).hlo
+        x = ctx.reshard(pv, xs).hlo
         win = exchange_window(ctx, x, xs, target, dim, size, k * o - offset, o, tidx, care)
         result = win if result is None else select_from(ctx, result, win, dim, offset - k * o,
                                                         tidx, care)
@@ -537,7 +462,7 @@ def handle_reverse(ctx: PartitionContext, inst: Instruction) -> PValue:
             x = ctx.b.reverse(pv.hlo, rdims, name=inst.name)
             return PValue(x, inst.shape, target)
     xs = keep_only_tiled(target, pv.sharding, rank, sharded)
-    x = to_sharding(ctx, pv, xs).hlo
+    x = ctx.reshard(pv, xs).hlo
     out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
     for d in sharded:
         o, t = out_local[d], tiles[d]

@@ -33,11 +33,11 @@ from hlo_spmd.passes.partition.halo import (_cut, exchange_window, mask_outside,
                                             tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.slicing import (_rows_bytes, choose_compute_sharding,
-                                                       itemsize, keep_only_tiled,
-                                                       to_sharding, to_sharding_bytes)
+                                                       itemsize, keep_only_tiled)
 from hlo_spmd.passes.partition.masking import pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.reshard import reshard_price
 from hlo_spmd.sharding import HloSharding, partial_replicate, tile_shape
 
 
@@ -127,7 +127,7 @@ def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
     mid = choose_compute_sharding(ctx, inst, work, moving, identity, cost) \
         if work.is_tiled else work
     pv = _emit_reduce_window(ctx, inst, mid, window, moving, arrays)
-    return pv if mid == target else to_sharding(ctx, pv, _tuple_of(target, inst, arrays))
+    return pv if mid == target else ctx.reshard(pv, _tuple_of(target, inst, arrays))
 
 
 def _operand_cost(ctx: PartitionContext, operand: Instruction, s: HloSharding,
@@ -136,9 +136,7 @@ def _operand_cost(ctx: PartitionContext, operand: Instruction, s: HloSharding,
     pv = ctx.value(operand)
     rank = operand.shape.rank
     xs = keep_only_tiled(s, pv.sharding, rank, moving)
-    c = to_sharding_bytes(ctx, pv.sharding, xs, operand.shape)
-    if c is None:
-        return None
+    c = reshard_price(ctx, pv, xs)[0]
     local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
     st, xt = tiles_of(s, rank), tiles_of(xs, rank)
     for d in _halo_dims(s, window, rank):
@@ -156,7 +154,7 @@ def _windows_of(ctx: PartitionContext, pv: PValue, s: HloSharding, window: Seque
     (positions outside the operand set to ``fill``)."""
     rank = pv.base_shape.rank
     xs = keep_only_tiled(s, pv.sharding, rank, moving)
-    x = to_sharding(ctx, pv, xs).hlo
+    x = ctx.reshard(pv, xs).hlo
     st = tiles_of(s, rank)
     for d in _halo_dims(s, window, rank):
         size = int(pv.base_shape.dims[d])
@@ -236,7 +234,7 @@ def handle_select_and_scatter(ctx: PartitionContext, inst: Instruction) -> PValu
     mid = choose_compute_sharding(ctx, inst, work, moving, identity, cost) \
         if work.is_tiled else work
     pv = _emit_select_and_scatter(ctx, inst, mid, window, moving, kind)
-    return pv if mid == target else to_sharding(ctx, pv, target)
+    return pv if mid == target else ctx.reshard(pv, target)
 
 
 def _scatter_needs(operand: Instruction, source: Instruction):

@@ -150,24 +150,11 @@ Plan = Union[BasePlan, GroupPlan]
 
 
 class Planner:
-    """The search, with its memos of plans per (problem, depth) and of reshard prices."""
+    """The search, with its memo of plans per (problem, depth); reshards are priced by
+    ``reshard.reshard_cost`` (memoized there)."""
 
     def __init__(self) -> None:
         self.memo: dict = {}
-        self._rb: dict = {}
-
-    # -- cost model ----------------------------------------------------------------------
-    def reshard_bytes(self, shape: tuple[int, ...], src: HloSharding, dst: HloSharding,
-                      n: int, ebytes: float) -> float:
-        """Bytes per device ``reshard`` moves to go from ``src`` to ``dst``
-        (``reshard.reshard_cost``, memoized per planner)."""
-        if src == dst:
-            return 0.0
-        key = (shape, src, dst, n, ebytes)
-        hit = self._rb.get(key)
-        if hit is None:
-            hit = self._rb[key] = reshard_cost(shape, float(ebytes), src, dst, n)
-        return hit
 
     # -- search --------------------------------------------------------------------------
     def plan(self, p: Problem, depth: int = 0) -> Plan:
@@ -235,12 +222,11 @@ class Planner:
         d = p.dims
         ir, orank = d.iter_rank, d.out_rank
         lhs_t = project(t, d.lhs_iter, ir)
-        inbytes = self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
+        inbytes = reshard_cost(p.lhs_shape, p.ebytes[LHS], p.lhs, lhs_t, p.n)
         if round(inbytes, 3) > bound:
             return None
         rhs_t = project(t, d.rhs_iter, ir)
-        inbytes = inbytes + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n,
-                                               p.ebytes[RHS])
+        inbytes = inbytes + reshard_cost(p.rhs_shape, p.ebytes[RHS], p.rhs, rhs_t, p.n)
         if round(inbytes, 3) > bound:
             return None
         out_shape = p.out_shape
@@ -253,7 +239,7 @@ class Planner:
         k = math.prod(tiles[c] for c in contr)
         options: list[tuple[float, str, int, HloSharding]] = []
         res = project(t, d.out_iter, ir)
-        fin = self.reshard_bytes(out_shape, res, p.out, p.n, p.ebytes[OUT])
+        fin = reshard_cost(out_shape, p.ebytes[OUT], res, p.out, p.n)
         if k == 1:
             options.append((fin, "none", -1, res))
         else:
@@ -265,7 +251,7 @@ class Planner:
                     continue
                 padded = rbytes / size * (-(-size // k) * k)
                 rs = scattered(t, ir, orank, contr, dim)
-                fin_rs = self.reshard_bytes(out_shape, rs, p.out, p.n, p.ebytes[OUT])
+                fin_rs = reshard_cost(out_shape, p.ebytes[OUT], rs, p.out, p.n)
                 options.append((bytes_per_device("reduce-scatter", padded, padded / k, k)
                                 + fin_rs, "reduce-scatter", dim, rs))
         post_bytes, post, sdim, result = min(options, key=lambda o: o[0])
@@ -354,8 +340,8 @@ class Planner:
         x_dims = tuple(self._tensor_dims(p, w, iters) for w in (LHS, RHS, OUT))
         (lhs_i, lhs_t), (rhs_i, rhs_t) = (self._grouped(p, w, groups, x_dims[w], sizes)
                                           for w in (LHS, RHS))
-        align = (self.reshard_bytes(p.lhs_shape, p.lhs, lhs_t, p.n, p.ebytes[LHS])
-                 + self.reshard_bytes(p.rhs_shape, p.rhs, rhs_t, p.n, p.ebytes[RHS]))
+        align = (reshard_cost(p.lhs_shape, p.ebytes[LHS], p.lhs, lhs_t, p.n)
+                 + reshard_cost(p.rhs_shape, p.ebytes[RHS], p.rhs, rhs_t, p.n))
         if round(align, 3) > bound:  # (before the output is grouped)
             return None
         out_i, _ = self._grouped(p, OUT, groups, x_dims[OUT], sizes, target=False)
@@ -368,7 +354,7 @@ class Planner:
             local = float(math.prod(_local_dims(inner.out_shape, inner.out)) * p.ebytes[OUT])
             reduce = bytes_per_device("all-reduce", local, local, ng)
         result = ungroup_to(groups, p.rank(OUT), x_dims[OUT], sizes, inner.out)
-        fin = self.reshard_bytes(p.out_shape, result, p.out, p.n, p.ebytes[OUT])
+        fin = reshard_cost(p.out_shape, p.ebytes[OUT], result, p.out, p.n)
         outer = round(align + reduce + fin, 3)
         if outer > bound:  # the inner plan's bytes only add to it
             return None

@@ -1,0 +1,186 @@
+"""Values cheaper to re-make than to move: a ``reshard`` plan step that costs 0 bytes.
+
+An iota, a small constant, a broadcast whose operand is itself re-makeable or already
+available in the sharding the broadcast needs at no cost, and elementwise ops (convert
+included) whose array operands are such values hold the same data whatever sharding they are computed in.
+When the plan of ``reshard`` would move such a value, each device re-makes its own tile
+in the target sharding instead (XLA moves 0 bytes for them: its partitioner re-emits a
+broadcast of a replicated operand in the sharding a user asks for). ``reshard`` asks
+``plan`` for the step; the emitted ops are the handlers' own local forms (iota: the local
+iota plus this device's offset, ``local_iota``; the rest: the op on local operands).
+
+Size bound, so re-making stays cheaper than moving and the program does not grow:
+at most ``MAX_OPS`` instructions re-emitted for one reshard (a longer chain is moved as
+data), and constants of at most ``MAX_CONSTANT_ELEMENTS`` elements (a larger literal
+would be copied into the program once more). Only values the source module computes
+(``origin``: the instruction a handler partitioned) are re-made, into tiled, partially
+replicated or replicated targets; manual, unreduced and maximal targets move as data.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
+from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.pvalue import PValue
+from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets,
+                               partial_replicate_all_except, tile_shape)
+from hlo_spmd.sharding.algebra import memoised
+
+if TYPE_CHECKING:
+    from hlo_spmd.passes.partition.context import PartitionContext
+
+MAX_OPS = 8
+MAX_CONSTANT_ELEMENTS = 1 << 12
+
+_REPLICATED = HloSharding.replicate()
+
+
+def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
+    """The source instruction whose partitioned value ``pv`` is (its handler's result), or
+    None (a value made by a reshard, a parameter, another computation's value)."""
+    if not ctx.grouping.is_flat or pv.sharding.is_manual or pv.base_shape.is_tuple:
+        return None  # (inside a device group, source values speak of other devices)
+    hit = ctx.state.origins.get(id(pv.hlo))
+    if hit is None or hit[0] is not pv.hlo:
+        return None
+    inst = hit[1]
+    if ctx.values.get(id(inst)) is None or inst.shape != pv.base_shape:
+        return None
+    return inst
+
+
+def _target_ok(s: HloSharding) -> bool:
+    if s.is_replicated:
+        return True
+    return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
+
+
+def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding,
+                  budget: int = MAX_OPS) -> int | None:
+    """How many instructions re-making ``inst``'s value in ``target`` emits (its operands
+    taken where they are free: already there, in the reshard cache, or cut locally), or
+    None when it is not re-makeable within ``budget``."""
+    if budget <= 0 or not _target_ok(target) or not inst.shape.is_array:
+        return None
+    op = inst.opcode
+    if op == "iota":
+        return 1
+    if op == "constant":
+        return 1 if math.prod(inst.shape.dims) <= MAX_CONSTANT_ELEMENTS else None
+    # (operand, the sharding it is needed in, whether it may be taken where it is when
+    # that is free): a broadcast's operand may (the broadcast re-made from a value that
+    # is already there), so may an elementwise op's scalar bounds; an elementwise op's
+    # array operands must be re-makeable values themselves (an op over data computed
+    # elsewhere, cos(parameter), is data to move, not to compute again at every size).
+    if op == "broadcast":
+        needs = [(inst.operands[0], _broadcast_need(inst, target), True)]
+    elif op in ELEMENTWISE and op not in SIDE_EFFECTING:
+        rank = inst.shape.rank
+        needs = [(o, target, False) if o.shape.rank == rank else (o, _REPLICATED, True)
+                 for o in inst.operands]
+    else:
+        return None
+    used = 1
+    for operand, s, free_ok in needs:
+        n = _operand_ops(ctx, operand, s, budget - used, free_ok)
+        if n is None:
+            return None
+        used += n
+    return used
+
+
+def _operand_ops(ctx: "PartitionContext", operand: Instruction, s: HloSharding,
+                 budget: int, free_ok: bool) -> int | None:
+    from hlo_spmd.passes.partition.reshard import reshard_price
+
+    pv = ctx.values.get(id(operand))
+    if pv is None:
+        return None
+    if free_ok and (pv.sharding == s or (not pv.base_shape.is_tuple and reshard_price(
+            ctx, pv, s, recreate=False)[0] == 0)):
+        return 0
+    inst = origin(ctx, pv)
+    return None if inst is None else ops_to_remake(ctx, inst, s, budget)
+
+
+@memoised
+def broadcast_operand_sharding(target: HloSharding, dims_map, op_dims, out_dims) -> HloSharding:
+    """The broadcast result's sharding restricted to the operand's dims: new dims (and
+    size-1 operand dims that are stretched) replicated, the rest in operand order."""
+    if not target.is_tiled:
+        return target
+    rank = len(out_dims)
+    kept = [dims_map[i] for i in range(len(dims_map)) if op_dims[i] == out_dims[dims_map[i]]]
+    s = partial_replicate_all_except(target, kept)
+    if not s.is_tiled:
+        return s
+    ta = s.tile_assignment
+    rest = [d for d in range(rank) if d not in dims_map]
+    perm = list(dims_map) + rest + list(range(rank, ta.ndim))
+    new = ta.transpose(perm).reshape([ta.dims[d] for d in dims_map] + list(ta.dims[rank:]))
+    if not dims_map and not s.subgroup_types and not s.replicate_on_last_tile_dim:
+        return _REPLICATED
+    return with_kind_of(s, new)
+
+
+def with_kind_of(like: HloSharding, ta) -> HloSharding:
+    """A sharding with tile assignment ``ta`` and ``like``'s kind of trailing dims."""
+    if like.replicate_on_last_tile_dim:
+        return HloSharding.partial_tile(ta)
+    if like.subgroup_types:
+        return HloSharding.subgroup(ta, like.subgroup_types)
+    return HloSharding.tile(ta)
+
+
+def _broadcast_need(inst: Instruction, target: HloSharding) -> HloSharding:
+    return broadcast_operand_sharding(target, inst.dimensions, inst.operands[0].shape.dims,
+                                      inst.shape.dims)
+
+
+def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> PValue:
+    """``inst``'s value in ``target``, re-made on every device (``ops_to_remake`` said it
+    can be): operands through ``reshard`` (so they are re-made or cut the same way, and
+    remembered), the op on the local operands."""
+    from hlo_spmd.passes.partition.reshard import reshard, slice_replicated
+
+    op = inst.opcode
+    local = ctx.local_shape(inst.shape, target)
+    if op == "iota":
+        return PValue(local_iota(ctx, inst, target), inst.shape, target)
+    if op == "constant":
+        full = PValue(ctx.emit_like(inst, [], inst.shape), inst.shape, _REPLICATED)
+        return full if target.is_replicated else slice_replicated(ctx, full, target)
+    if op == "broadcast":
+        needs = [_broadcast_need(inst, target)]
+    else:
+        rank = inst.shape.rank
+        needs = [target if o.shape.rank == rank else _REPLICATED for o in inst.operands]
+    operands = [reshard(ctx, ctx.value(o), s).hlo for o, s in zip(inst.operands, needs)]
+    return PValue(ctx.emit_like(inst, operands, local), inst.shape, target)
+
+
+def local_iota(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> Instruction:
+    """This device's tile of iota ``inst`` in ``target`` (tiled or replicated): an iota
+    over the local shape, plus this device's offset when the iota dim is tiled."""
+    dims = inst.shape.dims
+    dim = inst.dimensions[0]
+    if not target.is_tiled:
+        return ctx.emit_like(inst, [], inst.shape)
+    local = tile_shape(target, dims)
+    if target.tile_dims_for_data()[dim] == 1:
+        return ctx.emit_like(inst, [], inst.shape.with_dims(local))
+    b = ctx.b
+    et = inst.shape.element_type
+    it = PrimitiveType.S32 if dims[dim] < 2 ** 31 else PrimitiveType.S64
+    x = b.iota(it, local, dim)
+    table = device_offsets(target, dims, num_devices=ctx.num_devices)[:, dim]
+    off = ctx.logical_table(table)
+    if it != PrimitiveType.S32:
+        off = b.convert(off, it)
+    x = b.add(x, b.broadcast(off, list(local), []))
+    if et != it:
+        x = b.convert(x, et, name=inst.name)
+    return x
