@@ -16,7 +16,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.passes.partition.recreate import MAX_OPS  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.module_io import strip_shardings  # noqa: E402
@@ -91,7 +91,7 @@ ENTRY %main (x: f32[16], p: f32[16,32]) -> f32[16,32] {
 def _run(name: str, text: str):
     module = parse_module(text, name)
     original = strip_shardings(module_bytes(module))
-    out = partition(module, 8).module
+    out = partition_in_place(module, 8).module
     report = verify(original, module_bytes(out), 8, poison_padding=True)
     assert report.ok, str(report)
     return out
