@@ -155,45 +155,84 @@ def measure_xla(path: str, n: int, cache: str) -> dict:
 
 
 def _worker(argv: list[str]) -> int:
-    side, path, n, dest = argv[:4]
-    n = int(n)
+    """A batch worker: measure every module of the job file in turn, announcing each in
+    ``current`` before it starts (so the parent can time it out) and writing its result
+    to ``results/<name>.json``. One process per batch: jax starts once."""
+    side, job, res_dir, cache = argv[:4]
+    rows = json.loads(Path(job).read_text())
     if side == "xla":
         from hlo_spmd.runtime.devices import ensure_host_devices
 
-        ensure_host_devices(n)
-        res = measure_xla(path, n, argv[4])
-    else:
-        res = measure_ours(path, n)
-    Path(dest).write_text(json.dumps(res))
+        ensure_host_devices(max(r["num_devices"] for r in rows))
+    current = Path(job).with_suffix(".current")
+    for row in rows:
+        current.write_text(row["name"])
+        if side == "xla":
+            res = measure_xla(row["file"], row["num_devices"], cache)
+        else:
+            res = measure_ours(row["file"], row["num_devices"])
+        Path(res_dir, row["name"] + ".json").write_text(json.dumps(res))
+    current.unlink(missing_ok=True)
     return 0
 
 
-def _run_side(side: str, row: dict, out_dir: Path, timeout: float) -> dict:
-    res_dir = out_dir / ("xla_results" if side == "xla" else "ours_results")
+def _device_bucket(n: int) -> int:
+    """The host device count of the XLA worker that compiles an N-partition module (one
+    jax process serves every N up to its device count)."""
+    for b in (16, 128):
+        if n <= b:
+            return b
+    return n
+
+
+def _run_batch(side: str, rows: list[dict], out_dir: Path, timeout: float, tag: str) -> None:
+    """Measure ``rows`` on ``side`` in a worker subprocess, restarting it past a module
+    that exceeds ``timeout`` seconds (recorded as timeout) or crashes it (error)."""
+    res_dir = out_dir / f"{side}_results"
     res_dir.mkdir(exist_ok=True)
-    dest = res_dir / f"{row['name']}.json"
-    if side == "xla" and dest.exists():  # XLA does not change between runs
-        return json.loads(dest.read_text())
-    dest.unlink(missing_ok=True)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, row["file"],
-           str(row["num_devices"]), str(dest)]
-    if side == "xla":
-        cmd.append(str(out_dir / "xla_cache"))
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        res = {"status": "timeout", "reason": f"> {timeout:.0f} s"}
-    else:
-        if dest.exists():
-            return json.loads(dest.read_text())
-        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or ["?"]
-        res = {"status": "error", "reason": f"exit {proc.returncode}: {tail[0][:300]}"}
-    if side == "xla" and res["status"] == "timeout":
-        dest.write_text(json.dumps(res))  # do not retry XLA's slow modules on every rerun
-    return res
+    job = out_dir / "jobs" / f"{side}_{tag}.json"
+    job.parent.mkdir(exist_ok=True)
+    current = job.with_suffix(".current")
+    todo = [r for r in rows if not (res_dir / f"{r['name']}.json").exists()]
+    while todo:
+        job.write_text(json.dumps(todo))
+        current.unlink(missing_ok=True)
+        log = open(job.with_suffix(".log"), "w")
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", side,
+                                 str(job), str(res_dir), str(out_dir / "xla_cache")],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        seen, since = None, time.monotonic()
+        while proc.poll() is None:
+            time.sleep(0.5)
+            now = current.read_text() if current.exists() else None
+            if now != seen:
+                seen, since = now, time.monotonic()
+            elif time.monotonic() - since > timeout:  # a module, or the start-up, hangs
+                proc.kill()
+                proc.wait()
+                break
+        log.close()
+        stuck = current.read_text() if current.exists() else None
+        if stuck is not None and not (res_dir / f"{stuck}.json").exists():
+            if proc.returncode is not None and proc.returncode < 0 and \
+                    time.monotonic() - since > timeout:
+                res = {"status": "timeout", "reason": f"> {timeout:.0f} s"}
+            else:
+                tail = [ln for ln in job.with_suffix(".log").read_text().splitlines()
+                        if ln.strip()][-1:] or ["?"]
+                res = {"status": "error", "reason": f"exit {proc.returncode}: {tail[0][:300]}"}
+            (res_dir / f"{stuck}.json").write_text(json.dumps(res))
+        left = [r for r in todo if not (res_dir / f"{r['name']}.json").exists()]
+        if len(left) == len(todo):  # the worker died before its first module
+            for r in left:
+                (res_dir / f"{r['name']}.json").write_text(json.dumps(
+                    {"status": "error", "reason": f"worker exit {proc.returncode} before its "
+                                                  f"first module (start-up > {timeout:.0f} s?)"}))
+            left = []
+        todo = left
 
 
 # -- summary -----------------------------------------------------------------------------------
@@ -272,18 +311,30 @@ def main(argv: list[str] | None = None) -> int:
         todo = [r for r in todo if (out_dir / "xla_results" / f"{r['name']}.json").exists()]
     skipped = [r for r in rows if "skip" in r]
 
-    def one(row: dict) -> dict:
-        xla = _run_side("xla", row, out_dir, args.timeout)
-        ours = _run_side("ours", row, out_dir, args.timeout)
-        res = {"name": row["name"], "n": row["num_devices"], "ours": ours, "xla": xla}
+    # XLA's results do not change between runs (kept); ours are measured afresh.
+    for r in todo:
+        (out_dir / "ours_results" / f"{r['name']}.json").unlink(missing_ok=True)
+    batches = [("ours", f"ours{k}", todo[k::max(1, args.jobs)]) for k in range(max(1, args.jobs))]
+    if not args.ours_only:
+        by_bucket: dict[int, list[dict]] = {}
+        for r in todo:
+            by_bucket.setdefault(_device_bucket(r["num_devices"]), []).append(r)
+        xla = [("xla", f"xla{b}", rs) for b, rs in sorted(by_bucket.items())]
+        batches = [j for pair in zip(xla, batches) for j in pair] + xla[len(batches):] \
+            + batches[len(xla):]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        list(pool.map(lambda job: _run_batch(job[0], job[2], out_dir, args.timeout, job[1]),
+                      [b for b in batches if b[2]]))
+    results = []
+    for row in todo:
+        res = {"name": row["name"], "n": row["num_devices"]}
+        for side in ("ours", "xla"):
+            f = out_dir / f"{side}_results" / f"{row['name']}.json"
+            res[side] = json.loads(f.read_text()) if f.exists() else {
+                "status": "missing", "reason": "not measured"}
         if "options" in row:
             res["options"] = row["options"]
-        print(f"{row['name']}: ours {ours.get('bytes', ours['status'])} "
-              f"xla {xla.get('bytes', xla['status'])}", file=sys.stderr, flush=True)
-        return res
-
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(pool.map(one, todo))
+        results.append(res)
     summary = summarize(results)
     print(format_table(results))
     print()
