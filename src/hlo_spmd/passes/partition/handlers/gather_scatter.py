@@ -395,16 +395,22 @@ def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[
     gd = GatherDims.of(inst)
     op_dims = inst.operands[0].shape.dims
     n = ctx.num_devices
-    from_op = grid_from(vals[0].sharding, gd.rank, gd.operand_labels(op_dims))
+    op_labels = gd.operand_labels(op_dims)
+    from_op = grid_from(vals[0].sharding, gd.rank, op_labels)
     idx_s = vals[1].sharding
+    idx_index = grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index"))
+    out_index = grid_from(target, gd.out_rank, only(gd.output_labels(op_dims), "index"))
     grids = _dedupe([
         from_op,
         grid_from(idx_s, gd.idx_rank, gd.index_labels()),
         grid_from(target, gd.out_rank, gd.output_labels(op_dims)),
         # The operand's layout with the indices' own batch sharding on its replicas.
-        combine(from_op, grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index")), n),
-        combine(from_op, grid_from(target, gd.out_rank,
-                                   only(gd.output_labels(op_dims), "index")), n),
+        combine(from_op, idx_index, n),
+        combine(from_op, out_index, n),
+        # Only one kind of the operand's sharded dims kept, the indices' batch sharding on
+        # the devices the other kind used (it shares devices with the index batch).
+        *[combine(grid_from(vals[0].sharding, gd.rank, only(op_labels, kind)), other, n)
+          for kind in ("triv", "pass", "batch") for other in (idx_index, out_index)],
     ])
     return [Strategy(g, *_price_gather(ctx, inst, gd, g, target, vals),
                      lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals))
@@ -607,15 +613,20 @@ def _scatter_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence
         combiner = None
     combinable = combiner is not None
     norm_target = HloSharding.tuple([target] * n) if n > 1 else target
-    from_op = grid_from(vals[0].sharding, sd.rank, sd.operand_labels(op_dims, upd_dims))
+    op_labels = sd.operand_labels(op_dims, upd_dims)
+    from_op = grid_from(vals[0].sharding, sd.rank, op_labels)
     n_dev = ctx.num_devices
+    idx_index = grid_from(vals[n].sharding, sd.idx_rank,
+                          only(sd.index_labels(combinable), "index"))
+    upd_index = grid_from(vals[n + 1].sharding, sd.upd_rank,
+                          only(sd.update_labels(op_dims, upd_dims, combinable), "index"))
     srcs = [
         from_op,
-        combine(from_op, grid_from(vals[n].sharding, sd.idx_rank,
-                                   only(sd.index_labels(combinable), "index")), n_dev),
-        combine(from_op, grid_from(vals[n + 1].sharding, sd.upd_rank,
-                                   only(sd.update_labels(op_dims, upd_dims, combinable),
-                                        "index")), n_dev),
+        combine(from_op, idx_index, n_dev),
+        combine(from_op, upd_index, n_dev),
+        # One kind of the operand's sharded dims kept (as for gather).
+        *[combine(grid_from(vals[0].sharding, sd.rank, only(op_labels, kind)), other, n_dev)
+          for kind in ("triv", "pass", "batch") for other in (idx_index, upd_index)],
         grid_from(vals[n].sharding, sd.idx_rank, sd.index_labels(combinable)),
         grid_from(vals[n + 1].sharding, sd.upd_rank,
                   sd.update_labels(op_dims, upd_dims, combinable)),

@@ -1,0 +1,44 @@
+"""Patterns of XLA's own partitioner tests (written here, not copied) where hlo-spmd moved
+more bytes than XLA: each module runs partitioned on 8 CPU devices against the one-device
+run, and its bytes per device are compared with XLA's partitioned module
+(benchmarks/external_suite.py measures the whole external suite)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+
+from test_partition_gather_scatter import ADD, check  # noqa: E402
+
+
+# -- gather / scatter: the operand sharded on an indexed dim and on a passthrough dim, the
+# indices sharded on batch over the same devices as the passthrough dim ---------------------
+def test_scatter_keeps_row_sharding_and_takes_batch_from_indices():
+    # Operand rows on d % 4 and columns on d // 4; the indices' batch also on d // 4. Keeping
+    # the rows (trivially sliced) and the indices' batch means gathering only the columns
+    # (2-way) and one all-reduce of a [2,16] partial over the batch devices, not the whole
+    # operand gathered.
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[8,16], i: s32[4,16,1], u: f32[4,16,16]) -> f32[8,16] {{
+  %x = f32[8,16] parameter(0), sharding={{devices=[4,2]<=[2,4]T(1,0)}}
+  %i = s32[4,16,1] parameter(1), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  %u = f32[4,16,16] parameter(2), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  ROOT %s = f32[8,16] scatter(%x, %i, %u), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=%add, sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    # all-gather of the columns: 2x16x4 B - 64 B = 64 B; all-reduce of [2,16] f32 over 2
+    # devices: 2 * (1/2) * 128 B = 128 B.
+    assert ours == 64 + 128, ours
+
+
+def test_gather_keeps_row_sharding_and_takes_batch_from_indices():
+    text = """HloModule m
+ENTRY %main (x: f32[8,16], i: s32[4,16,1]) -> f32[4,16,16] {
+  %x = f32[8,16] parameter(0), sharding={devices=[4,2]<=[2,4]T(1,0)}
+  %i = s32[4,16,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT %g = f32[4,16,16] gather(%x, %i), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    check(text, 8)
