@@ -42,3 +42,16 @@ ENTRY %main (x: f32[8,16], i: s32[4,16,1]) -> f32[4,16,16] {
 }
 """
     check(text, 8)
+
+
+def test_text_without_module_header_loads():
+    # XLA's parser takes a module that starts at its ENTRY computation; so does hlo_spmd.
+    import hlo_spmd
+
+    text = """ENTRY main {
+  p = f32[8,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT n = f32[8,4] negate(p), sharding={devices=[8,1]<=[8]}
+}
+"""
+    r = hlo_spmd.partition(text, 8)
+    assert [tuple(i.shape.dims) for i in r.module.entry.parameters] == [(1, 4)]
