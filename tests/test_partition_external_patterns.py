@@ -55,3 +55,40 @@ def test_text_without_module_header_loads():
 """
     r = hlo_spmd.partition(text, 8)
     assert [tuple(i.shape.dims) for i in r.module.entry.parameters] == [(1, 4)]
+
+
+# -- an indexed dim sliced whole (slice size = dim size) is pass-through ----------------------
+def test_gather_indexed_dim_sliced_whole_stays_sharded():
+    # Dim 1 is in start_index_map but sliced whole: the gather clamps its start to 0, so
+    # its sharding passes through to the result with no communication.
+    text = """HloModule m
+ENTRY %main (x: f32[6,16], i: s32[10,2]) -> f32[10,16] {
+  %x = f32[6,16] parameter(0), sharding={devices=[1,8]<=[8]}
+  %i = s32[10,2] parameter(1), sharding={replicated}
+  ROOT %g = f32[10,16] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,16}, sharding={devices=[1,8]<=[8]}
+}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
+
+
+@pytest.mark.parametrize("fn", ["add", "set"])
+def test_scatter_indexed_dim_with_whole_window_stays_sharded(fn):
+    # Only start 0 is in bounds on the whole-window dim: every other index drops its window,
+    # on every shard as globally. %i holds both: its dim-1 index is 0 where the random
+    # value is at most 8, else the value (9..18, out of bounds).
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[6,16], r: s32[10,2], u: f32[10,16]) -> f32[6,16] {{
+  %x = f32[6,16] parameter(0), sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+  %r = s32[10,2] parameter(1), sharding={{replicated}}
+  %eight = s32[10,2] constant({{{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}}}})
+  %zero = s32[10,2] constant({{{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}}}})
+  %far = pred[10,2] compare(%r, %eight), direction=GT
+  %i = s32[10,2] select(%far, %r, %zero), sharding={{replicated}}
+  %u = f32[10,16] parameter(2), sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+  ROOT %s = f32[6,16] scatter(%x, %i, %u), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=1, to_apply=%{fn}, sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0

@@ -175,9 +175,9 @@ class GatherDims:
             if p in idx_of_batch:
                 j = idx_of_batch[p]
                 out.append(("batch", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
-            elif p in passthrough and p not in self.index_map:
-                # (An indexed dim sliced whole is a pass-through dim for completion; the
-                # grids keep it whole.)
+            elif p in passthrough:
+                # An indexed dim sliced whole is a pass-through dim too: the gather clamps
+                # its start to 0, globally and on every shard alike.
                 out.append(("pass", (("op", p), ("out", self.offset_of[p]))))
             elif p in self.index_map and self.sizes[p] == 1:
                 out.append(("triv", (("op", p),)))
@@ -251,7 +251,9 @@ class ScatterDims:
                 j = self.batching[p]
                 out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
                                       ("out", p))))
-            elif p in passthrough and p not in self.index_map:
+            elif p in passthrough:
+                # An indexed dim with a whole-dim window too: only start 0 is in bounds,
+                # globally and on every shard (the handler masks the others).
                 out.append(("pass", (("op", p), ("upd", self.window_of[p]), ("out", p))))
             elif p in self.index_map and (p not in self.window_of
                                           or upd_dims[self.window_of[p]] == 1):

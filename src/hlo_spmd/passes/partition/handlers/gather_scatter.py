@@ -327,7 +327,9 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
     x = reshard(ctx, vals[0], op_s).hlo
     idx = reshard(ctx, vals[1], idx_s).hlo
     tiles = op_s.tile_dims_for_data(gd.rank) if op_s.is_tiled else (1,) * gd.rank
-    triv = [p for p in range(gd.rank) if p in gd.index_map and tiles[p] > 1]
+    # (An indexed dim sliced whole is pass-through: its start clamps to 0 on every shard.)
+    triv = [p for p in range(gd.rank)
+            if p in gd.index_map and tiles[p] > 1 and gd.sizes[p] < op_shape.dims[p]]
     mask = None
     if triv:
         parts = _index_parts(ctx, idx, gd.ivd, len(gd.index_map))
@@ -487,11 +489,17 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     idx = reshard(ctx, vals[n], idx_s).hlo
     ups = [reshard(ctx, vals[n + 1 + i], upd_s).hlo for i in range(n)]
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
-    triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
+    upd_dims = inst.operands[n + 1].shape.dims
+    # A sharded indexed dim with a whole-dim window is pass-through; its indices still go
+    # through the masking below, so that a window out of bounds globally stays dropped.
+    whole = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1
+             and p in sd.window_of and upd_dims[sd.window_of[p]] == op_shape.dims[p]]
+    triv = [p for p in range(sd.rank)
+            if p in sd.index_map and tiles[p] > 1 and p not in whole]
     spare = None
     idx_pv = PValue(idx, idx_shape, idx_s)
     padded = [j for j in padded_dims(idx_pv) if j != sd.ivd]
-    if triv or padded:
+    if triv or padded or whole:
         # Indices relative to this shard. Updates for rows elsewhere, the windows the
         # unpartitioned scatter drops (out of bounds) and the padding of unevenly split
         # indices must change nothing, and no local index may be out of bounds: XLA's CPU
@@ -500,7 +508,6 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
         # identity they become identity updates; otherwise they go to spare rows
         # appended to the shard along one indexed dim and cut off afterwards.
         parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
-        upd_dims = inst.operands[n + 1].shape.dims
         windows = [upd_dims[sd.window_of[p]] if p in sd.window_of else 1
                    for p in sd.index_map]
         valid = None
