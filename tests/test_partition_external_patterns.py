@@ -92,3 +92,41 @@ ENTRY %main (x: f32[6,16], r: s32[10,2], u: f32[10,16]) -> f32[6,16] {{
 """
     out, ours = check(text, 8)
     assert ours == 0
+
+
+# -- implicit batching dims: an iota in the indices indexes an operand dim -------------------
+@pytest.mark.parametrize("rows", [8, 6])
+def test_gather_with_iota_indices_is_index_parallel(rows):
+    # Index component 0 is an iota along indices dim 1, indexing operand dim 0 (split 4
+    # ways like indices dim 1): each device's indices name its own rows; component 1 is
+    # data over operand dim 1, which stays whole. No communication, as XLA.
+    # rows=6: uneven shards (2, 2, 2, 0 rows), padded indices.
+    text = f"""HloModule m
+ENTRY %main (x: f32[{rows},6,3], r: s32[1,{rows},5]) -> f32[{rows},5,3] {{
+  %x = f32[{rows},6,3] parameter(0), sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %r = s32[1,{rows},5] parameter(1), sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  %io = s32[1,{rows},5] iota(), iota_dimension=1, sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  %i = s32[2,{rows},5] concatenate(%io, %r), dimensions={{0}}, sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  ROOT %g = f32[{rows},5,3] gather(%x, %i), offset_dims={{2}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=0, slice_sizes={{1,1,3}}, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
+
+
+@pytest.mark.parametrize("rows", [8, 6])
+@pytest.mark.parametrize("fn", ["add", "set"])
+def test_scatter_with_iota_indices_is_index_parallel(fn, rows):
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[{rows},6,3], r: s32[{rows},5,1], u: f32[{rows},5,3]) -> f32[{rows},6,3] {{
+  %x = f32[{rows},6,3] parameter(0), sharding={{devices=[4,1,2]<=[8]}}
+  %r = s32[{rows},5,1] parameter(1), sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %io = s32[{rows},5,1] iota(), iota_dimension=0, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %i = s32[{rows},5,2] concatenate(%io, %r), dimensions={{2}}, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %u = f32[{rows},5,3] parameter(2), sharding={{devices=[4,1,2]<=[8]}}
+  ROOT %s = f32[{rows},6,3] scatter(%x, %i, %u), update_window_dims={{2}}, inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=2, to_apply=%{fn}, sharding={{devices=[4,1,2]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
