@@ -343,6 +343,16 @@ def _error(text: str, source: str = "t.hlo") -> ParseError:
     return e.value
 
 
+def test_left_out_result_shape_is_inferred() -> None:
+    # XLA's parser infers a result shape left out (its partitioner tests write tuples and
+    # copies so); an opcode whose shape does not follow from its operands still needs one.
+    text = BASE.replace("%n = f32[4]{0} negate(%p)", "%n = negate(%p)", 1)
+    assert "%n = negate(%p)" in text
+    m = parse_module(text)
+    n = next(i for i in m.instructions() if i.name == "n")
+    assert n.shape.to_text(False) == "f32[4]"
+
+
 @pytest.mark.parametrize("old, new, message, at", [
     ("negate(%p)", "foo(%p)", "unknown opcode 'foo'", "foo("),
     ("add(%n, %p)", "add(%n, %q)", "undefined operand 'q'", "%q)"),
@@ -369,7 +379,8 @@ def _error(text: str, source: str = "t.hlo") -> ParseError:
      "attribute to_apply is expected but not seen", "reduce("),
     ("%n = f32[4]{0} negate(%p)", "%n = f32[4]{0} call(%p), to_apply=%nope",
      "unknown computation 'nope'", "%nope"),
-    ("%n = f32[4]{0} negate(%p)", "%n = negate(%p)", "result shapes are required", "negate("),
+    ("%n = f32[4]{0} negate(%p)", "%n = iota(), iota_dimension=0",
+     "cannot infer the result shape of 'n'", "iota("),
     ("%n = f32[4]{0} negate(%p)", "%n = f32[4]{0} negate(f32[5] %p)", "not compatible", "%p)"),
     ("%p = f32[4]{0} parameter(0)", "%p = f32[4]{0} parameter(1)", "parameter numbers", "%main"),
     ("%n = f32[4]{0} negate(%p)", "%f32 = f32[4]{0} negate(%p)", "illegal instruction name",

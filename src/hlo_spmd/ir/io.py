@@ -21,7 +21,8 @@ TEXT_SUFFIXES = (".hlo", ".txt", ".hlotxt", ".mlir_hlo")
 
 
 def looks_like_text(data: bytes) -> bool:
-    """HLO text starts (after blank lines / comments) with ``HloModule``."""
+    """HLO text starts (after blank lines / comments) with ``HloModule``, or, as XLA's
+    parser also accepts, with the ``ENTRY`` computation of a module without a header."""
     try:
         head = data[:4096].decode("utf-8")
     except UnicodeDecodeError:
@@ -32,7 +33,7 @@ def looks_like_text(data: bytes) -> bool:
         stripped = line.strip()
         if not stripped or stripped.startswith("//") or stripped.startswith("#"):
             continue
-        return stripped.startswith("HloModule")
+        return stripped.startswith("HloModule") or stripped.split(None, 1)[0] == "ENTRY"
     return False
 
 

@@ -1185,10 +1185,9 @@ class _Parser:
             raise c.error(f"illegal instruction name: {name}; suggest renaming to: {name}_",
                           name_pos)
         shape_pos = c.skip_ws()
-        if not self.shapes.can_start(c):
-            raise c.error(f"expected the result shape of '{name}' but found "
-                          f"{c.describe(shape_pos)} (result shapes are required)", shape_pos)
-        shape = self.shapes.parse(c)
+        # XLA's parser infers a result shape left out; so do we, for opcodes whose shape
+        # follows from their operands and attributes alone (below).
+        shape = self.shapes.parse(c) if self.shapes.can_start(c) else None
         op_pos = c.skip_ws()
         opcode = c.ident("opcode")
         async_kind = None
@@ -1277,10 +1276,26 @@ class _Parser:
                 raise c.error(f"attribute '{aname}' is not allowed for opcode {opcode}", apos)
             seen.add(aname)
             handler(self, x)
+        if x.shape is None:
+            x.shape = self.inferred_shape(x, async_kind, shape_pos)
         if async_kind is not None:
             self.finish_async_sugar(cc, x, is_root, async_kind)
         else:
             self.finish_instruction(cc, x, is_root)
+
+    def inferred_shape(self, x: _Inst, async_kind: str | None, shape_pos: int) -> Shape:
+        """The result shape of an instruction written without one (XLA's parser infers
+        it). Only for opcodes that call no computation: their shape is known here."""
+        c = self.c
+        if async_kind is not None or x.calls or x.opcode in ("parameter", "constant"):
+            raise c.error(f"expected the result shape of '{x.name}' (it cannot be inferred "
+                          f"for {x.opcode})", shape_pos)
+        from hlo_spmd.errors import VerifierError
+        from hlo_spmd.ir.shape_inference import infer_shape
+        try:
+            return infer_shape(x.opcode, [o.shape for o in x.operands], x.attrs)
+        except VerifierError as e:
+            raise c.error(f"cannot infer the result shape of '{x.name}': {e}", shape_pos) from None
 
     def finish_async_sugar(self, cc: _Comp, x: _Inst, is_root: bool, kind: str) -> None:
         """``op-start/-update/-done``: build the wrapped computation XLA's parser builds."""

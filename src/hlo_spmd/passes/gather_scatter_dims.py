@@ -27,8 +27,9 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.records import Record
 
 # A role: (kind, {array name: dim}). Arrays: "op" operand(s), "idx" indices, "upd" updates,
-# "out" result. Kinds: "batch" (explicit batching dims), "pass" (operand pass-through),
-# "index" (index pass-through), "triv" (trivially sliced operand dim).
+# "out" result. Kinds: "batch" (explicit batching dims), "par" (implicit batching dims: an
+# iota along an indices dim indexes the operand dim, batch_parallel_dims), "pass" (operand
+# pass-through), "index" (index pass-through), "triv" (trivially sliced operand dim).
 Role = tuple[str, tuple[tuple[str, int], ...]]
 
 
@@ -135,7 +136,7 @@ def explicit_batch_dims(operand_batching: Sequence[int], indices_batching: Seque
 class GatherDims:
     """A gather's dims as maps, and each dim's role for the partitioner's grids."""
     __slots__ = ("rank", "idx_rank", "out_rank", "ivd", "offset_of", "batch_out",
-                 "batching", "index_map", "sizes")
+                 "batching", "index_map", "sizes", "parallel")
 
     def __init__(self, rank: int, idx_rank: int, out_rank: int, ivd: int,
                  offset_of: dict[int, int], batch_out: dict[int, int],
@@ -149,6 +150,7 @@ class GatherDims:
         self.batching = batching          # operand batching dim -> indices batching dim
         self.index_map = index_map        # start_index_map
         self.sizes = sizes
+        self.parallel: dict[int, int] = {}  # implicit batching: operand dim -> indices dim
 
     @classmethod
     def of(cls, inst: Instruction) -> "GatherDims":
@@ -175,9 +177,12 @@ class GatherDims:
             if p in idx_of_batch:
                 j = idx_of_batch[p]
                 out.append(("batch", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
-            elif p in passthrough and p not in self.index_map:
-                # (An indexed dim sliced whole is a pass-through dim for completion; the
-                # grids keep it whole.)
+            elif p in self.parallel:
+                j = self.parallel[p]
+                out.append(("par", (("op", p), ("idx", j), ("out", self.batch_out[j]))))
+            elif p in passthrough:
+                # An indexed dim sliced whole is a pass-through dim too: the gather clamps
+                # its start to 0, globally and on every shard alike.
                 out.append(("pass", (("op", p), ("out", self.offset_of[p]))))
             elif p in self.index_map and self.sizes[p] == 1:
                 out.append(("triv", (("op", p),)))
@@ -187,12 +192,15 @@ class GatherDims:
 
     def index_labels(self) -> list[Role | None]:
         op_of = {j: p for p, j in self.batching.items()}
+        par_of = {j: p for p, j in self.parallel.items()}
         out = []
         for j in range(self.idx_rank):
             if j == self.ivd:
                 out.append(None)
             elif j in op_of:
                 out.append(("batch", (("op", op_of[j]), ("idx", j), ("out", self.batch_out[j]))))
+            elif j in par_of:
+                out.append(("par", (("op", par_of[j]), ("idx", j), ("out", self.batch_out[j]))))
             else:
                 out.append(("index", (("idx", j), ("out", self.batch_out[j]))))
         return out
@@ -208,7 +216,7 @@ class GatherDims:
 class ScatterDims:
     """A scatter's dims as maps, and each dim's role for the partitioner's grids."""
     __slots__ = ("rank", "idx_rank", "upd_rank", "ivd", "window_of", "scatter_upd",
-                 "batching", "index_map")
+                 "batching", "index_map", "parallel")
 
     def __init__(self, rank: int, idx_rank: int, upd_rank: int, ivd: int,
                  window_of: dict[int, int], scatter_upd: dict[int, int],
@@ -221,6 +229,7 @@ class ScatterDims:
         self.scatter_upd = scatter_upd    # indices batch dim -> updates scatter dim
         self.batching = batching          # operand batching dim -> indices batching dim
         self.index_map = index_map
+        self.parallel: dict[int, int] = {}  # implicit batching: operand dim -> indices dim
 
     @classmethod
     def of(cls, inst: Instruction) -> "ScatterDims":
@@ -251,7 +260,13 @@ class ScatterDims:
                 j = self.batching[p]
                 out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
                                       ("out", p))))
-            elif p in passthrough and p not in self.index_map:
+            elif p in self.parallel:
+                j = self.parallel[p]
+                out.append(("par", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
+                                    ("out", p))))
+            elif p in passthrough:
+                # An indexed dim with a whole-dim window too: only start 0 is in bounds,
+                # globally and on every shard (the handler masks the others).
                 out.append(("pass", (("op", p), ("upd", self.window_of[p]), ("out", p))))
             elif p in self.index_map and (p not in self.window_of
                                           or upd_dims[self.window_of[p]] == 1):
@@ -262,6 +277,7 @@ class ScatterDims:
 
     def index_labels(self, combinable: bool) -> list[Role | None]:
         op_of = {j: p for p, j in self.batching.items()}
+        par_of = {j: p for p, j in self.parallel.items()}
         out = []
         for j in range(self.idx_rank):
             if j == self.ivd:
@@ -270,6 +286,10 @@ class ScatterDims:
                 p = op_of[j]
                 out.append(("batch", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
                                       ("out", p))))
+            elif j in par_of:
+                p = par_of[j]
+                out.append(("par", (("op", p), ("idx", j), ("upd", self.scatter_upd[j]),
+                                    ("out", p))))
             elif combinable:
                 out.append(("index", (("idx", j), ("upd", self.scatter_upd[j]))))
             else:

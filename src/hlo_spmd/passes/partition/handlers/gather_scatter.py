@@ -55,6 +55,8 @@ from hlo_spmd.passes.partition.handlers.reduce import reducer_opcode
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.propagation.gather_scatter import (gather_parallel_dims,
+                                                        scatter_parallel_dims)
 from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
                                                reshard_price)
 from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
@@ -193,6 +195,18 @@ def _wanted_sharding(s: HloSharding) -> HloSharding | None:
     return s
 
 
+def _source_callers(ctx: PartitionContext) -> Callable[[object], list]:
+    """The call sites of a computation of the module being partitioned, for the iota
+    detection of implicit batching dims (it follows a loop or branch parameter to the
+    value passed in). Asked rarely: only for indices read from such a parameter."""
+    module = ctx.state.source
+
+    def callers(comp: object) -> list:
+        return [i for c in module.computations for i in c.instructions
+                if any(cc is comp for cc in i.called_computations)]
+    return callers
+
+
 # -- plans as data ----------------------------------------------------------------------------
 class Strategy:
     """One candidate: its grid, its price in the one cost model (bytes per device on the
@@ -327,11 +341,20 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
     x = reshard(ctx, vals[0], op_s).hlo
     idx = reshard(ctx, vals[1], idx_s).hlo
     tiles = op_s.tile_dims_for_data(gd.rank) if op_s.is_tiled else (1,) * gd.rank
-    triv = [p for p in range(gd.rank) if p in gd.index_map and tiles[p] > 1]
+    # (An indexed dim sliced whole is pass-through: its start clamps to 0 on every shard.)
+    triv = [p for p in range(gd.rank) if p in gd.index_map and tiles[p] > 1
+            and gd.sizes[p] < op_shape.dims[p] and p not in gd.parallel]
+    par = [p for p in gd.parallel if tiles[p] > 1]
     mask = None
-    if triv:
+    if triv or par:
         parts = _index_parts(ctx, idx, gd.ivd, len(gd.index_map))
         local_rows = x.shape.dims
+        for p in par:
+            # An implicit batching dim: the indices count the operand's global rows and
+            # both are split alike, so each device's indices fall in its own rows.
+            k = gd.index_map.index(p)
+            v = parts[k]
+            parts[k] = b.subtract(v, _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v))
         for p in triv:
             k = gd.index_map.index(p)
             v = parts[k]
@@ -393,18 +416,27 @@ def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[
     if target is None or not all(_plain_sharding(v.sharding) for v in vals):
         return []
     gd = GatherDims.of(inst)
+    implicit = gather_parallel_dims(inst, _source_callers(ctx))
+    if implicit is not None:
+        gd.parallel = dict(zip(implicit.operand, implicit.indices))
     op_dims = inst.operands[0].shape.dims
     n = ctx.num_devices
-    from_op = grid_from(vals[0].sharding, gd.rank, gd.operand_labels(op_dims))
+    op_labels = gd.operand_labels(op_dims)
+    from_op = grid_from(vals[0].sharding, gd.rank, op_labels)
     idx_s = vals[1].sharding
+    idx_index = grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index"))
+    out_index = grid_from(target, gd.out_rank, only(gd.output_labels(op_dims), "index"))
     grids = _dedupe([
         from_op,
         grid_from(idx_s, gd.idx_rank, gd.index_labels()),
         grid_from(target, gd.out_rank, gd.output_labels(op_dims)),
         # The operand's layout with the indices' own batch sharding on its replicas.
-        combine(from_op, grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index")), n),
-        combine(from_op, grid_from(target, gd.out_rank,
-                                   only(gd.output_labels(op_dims), "index")), n),
+        combine(from_op, idx_index, n),
+        combine(from_op, out_index, n),
+        # Only one kind of the operand's sharded dims kept, the indices' batch sharding on
+        # the devices the other kind used (it shares devices with the index batch).
+        *[combine(grid_from(vals[0].sharding, gd.rank, only(op_labels, kind)), other, n)
+          for kind in ("triv", "pass", "batch") for other in (idx_index, out_index)],
     ])
     return [Strategy(g, *_price_gather(ctx, inst, gd, g, target, vals),
                      lambda g=g: _emit_gather(ctx, inst, gd, g, target, vals))
@@ -481,11 +513,18 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
     idx = reshard(ctx, vals[n], idx_s).hlo
     ups = [reshard(ctx, vals[n + 1 + i], upd_s).hlo for i in range(n)]
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
-    triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1]
+    upd_dims = inst.operands[n + 1].shape.dims
+    # A sharded indexed dim with a whole-dim window is pass-through; its indices still go
+    # through the masking below, so that a window out of bounds globally stays dropped.
+    whole = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1
+             and p in sd.window_of and upd_dims[sd.window_of[p]] == op_shape.dims[p]]
+    triv = [p for p in range(sd.rank) if p in sd.index_map and tiles[p] > 1
+            and p not in whole and p not in sd.parallel]
+    par = [p for p in sd.parallel if tiles[p] > 1]
     spare = None
     idx_pv = PValue(idx, idx_shape, idx_s)
     padded = [j for j in padded_dims(idx_pv) if j != sd.ivd]
-    if triv or padded:
+    if triv or padded or whole or par:
         # Indices relative to this shard. Updates for rows elsewhere, the windows the
         # unpartitioned scatter drops (out of bounds) and the padding of unevenly split
         # indices must change nothing, and no local index may be out of bounds: XLA's CPU
@@ -494,7 +533,6 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
         # identity they become identity updates; otherwise they go to spare rows
         # appended to the shard along one indexed dim and cut off afterwards.
         parts = _index_parts(ctx, idx, sd.ivd, len(sd.index_map))
-        upd_dims = inst.operands[n + 1].shape.dims
         windows = [upd_dims[sd.window_of[p]] if p in sd.window_of else 1
                    for p in sd.index_map]
         valid = None
@@ -506,7 +544,8 @@ def _emit_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gri
             ok = b.and_(b.compare(v, zero, "GE"),
                         b.compare(v, _bcast(ctx, b.scalar(op_shape.dims[p] - windows[k], v), v),
                                   "LE"))
-            if p in triv:
+            if p in triv or p in par:
+                # (An implicit batching dim's indices fall in this shard's rows already.)
                 start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
                 parts[k] = b.subtract(v, start)
                 rows = _bcast(ctx, b.scalar(xs[0].shape.dims[p], v), v)
@@ -599,6 +638,9 @@ def _scatter_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence
         return []
     n = len(inst.operands) // 2
     sd = ScatterDims.of(inst)
+    implicit = scatter_parallel_dims(inst, _source_callers(ctx)) if n == 1 else None
+    if implicit is not None:
+        sd.parallel = dict(zip(implicit.operand, implicit.indices))
     op_dims = inst.operands[0].shape.dims
     upd_dims = inst.operands[n + 1].shape.dims
     opcode = reducer_opcode(inst.called_computations[0]) if n == 1 else None
@@ -607,15 +649,20 @@ def _scatter_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence
         combiner = None
     combinable = combiner is not None
     norm_target = HloSharding.tuple([target] * n) if n > 1 else target
-    from_op = grid_from(vals[0].sharding, sd.rank, sd.operand_labels(op_dims, upd_dims))
+    op_labels = sd.operand_labels(op_dims, upd_dims)
+    from_op = grid_from(vals[0].sharding, sd.rank, op_labels)
     n_dev = ctx.num_devices
+    idx_index = grid_from(vals[n].sharding, sd.idx_rank,
+                          only(sd.index_labels(combinable), "index"))
+    upd_index = grid_from(vals[n + 1].sharding, sd.upd_rank,
+                          only(sd.update_labels(op_dims, upd_dims, combinable), "index"))
     srcs = [
         from_op,
-        combine(from_op, grid_from(vals[n].sharding, sd.idx_rank,
-                                   only(sd.index_labels(combinable), "index")), n_dev),
-        combine(from_op, grid_from(vals[n + 1].sharding, sd.upd_rank,
-                                   only(sd.update_labels(op_dims, upd_dims, combinable),
-                                        "index")), n_dev),
+        combine(from_op, idx_index, n_dev),
+        combine(from_op, upd_index, n_dev),
+        # One kind of the operand's sharded dims kept (as for gather).
+        *[combine(grid_from(vals[0].sharding, sd.rank, only(op_labels, kind)), other, n_dev)
+          for kind in ("triv", "pass", "batch") for other in (idx_index, upd_index)],
         grid_from(vals[n].sharding, sd.idx_rank, sd.index_labels(combinable)),
         grid_from(vals[n + 1].sharding, sd.upd_rank,
                   sd.update_labels(op_dims, upd_dims, combinable)),

@@ -1,0 +1,132 @@
+"""Patterns of XLA's own partitioner tests (written here, not copied) where hlo-spmd moved
+more bytes than XLA: each module runs partitioned on 8 CPU devices against the one-device
+run, and its bytes per device are compared with XLA's partitioned module
+(benchmarks/external_suite.py measures the whole external suite)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+
+from test_partition_gather_scatter import ADD, check  # noqa: E402
+
+
+# -- gather / scatter: the operand sharded on an indexed dim and on a passthrough dim, the
+# indices sharded on batch over the same devices as the passthrough dim ---------------------
+def test_scatter_keeps_row_sharding_and_takes_batch_from_indices():
+    # Operand rows on d % 4 and columns on d // 4; the indices' batch also on d // 4. Keeping
+    # the rows (trivially sliced) and the indices' batch means gathering only the columns
+    # (2-way) and one all-reduce of a [2,16] partial over the batch devices, not the whole
+    # operand gathered.
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[8,16], i: s32[4,16,1], u: f32[4,16,16]) -> f32[8,16] {{
+  %x = f32[8,16] parameter(0), sharding={{devices=[4,2]<=[2,4]T(1,0)}}
+  %i = s32[4,16,1] parameter(1), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  %u = f32[4,16,16] parameter(2), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  ROOT %s = f32[8,16] scatter(%x, %i, %u), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=%add, sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    # all-gather of the columns: 2x16x4 B - 64 B = 64 B; all-reduce of [2,16] f32 over 2
+    # devices: 2 * (1/2) * 128 B = 128 B.
+    assert ours == 64 + 128, ours
+
+
+def test_gather_keeps_row_sharding_and_takes_batch_from_indices():
+    text = """HloModule m
+ENTRY %main (x: f32[8,16], i: s32[4,16,1]) -> f32[4,16,16] {
+  %x = f32[8,16] parameter(0), sharding={devices=[4,2]<=[2,4]T(1,0)}
+  %i = s32[4,16,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT %g = f32[4,16,16] gather(%x, %i), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    check(text, 8)
+
+
+def test_text_without_module_header_loads():
+    # XLA's parser takes a module that starts at its ENTRY computation; so does hlo_spmd.
+    import hlo_spmd
+
+    text = """ENTRY main {
+  p = f32[8,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT n = f32[8,4] negate(p), sharding={devices=[8,1]<=[8]}
+}
+"""
+    r = hlo_spmd.partition(text, 8)
+    assert [tuple(i.shape.dims) for i in r.module.entry.parameters] == [(1, 4)]
+
+
+# -- an indexed dim sliced whole (slice size = dim size) is pass-through ----------------------
+def test_gather_indexed_dim_sliced_whole_stays_sharded():
+    # Dim 1 is in start_index_map but sliced whole: the gather clamps its start to 0, so
+    # its sharding passes through to the result with no communication.
+    text = """HloModule m
+ENTRY %main (x: f32[6,16], i: s32[10,2]) -> f32[10,16] {
+  %x = f32[6,16] parameter(0), sharding={devices=[1,8]<=[8]}
+  %i = s32[10,2] parameter(1), sharding={replicated}
+  ROOT %g = f32[10,16] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,16}, sharding={devices=[1,8]<=[8]}
+}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
+
+
+@pytest.mark.parametrize("fn", ["add", "set"])
+def test_scatter_indexed_dim_with_whole_window_stays_sharded(fn):
+    # Only start 0 is in bounds on the whole-window dim: every other index drops its window,
+    # on every shard as globally. %i holds both: its dim-1 index is 0 where the random
+    # value is at most 8, else the value (9..18, out of bounds).
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[6,16], r: s32[10,2], u: f32[10,16]) -> f32[6,16] {{
+  %x = f32[6,16] parameter(0), sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+  %r = s32[10,2] parameter(1), sharding={{replicated}}
+  %eight = s32[10,2] constant({{{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}},{{0,8}}}})
+  %zero = s32[10,2] constant({{{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}},{{0,0}}}})
+  %far = pred[10,2] compare(%r, %eight), direction=GT
+  %i = s32[10,2] select(%far, %r, %zero), sharding={{replicated}}
+  %u = f32[10,16] parameter(2), sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+  ROOT %s = f32[6,16] scatter(%x, %i, %u), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=1, to_apply=%{fn}, sharding={{devices=[1,4,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
+
+
+# -- implicit batching dims: an iota in the indices indexes an operand dim -------------------
+@pytest.mark.parametrize("rows", [8, 6])
+def test_gather_with_iota_indices_is_index_parallel(rows):
+    # Index component 0 is an iota along indices dim 1, indexing operand dim 0 (split 4
+    # ways like indices dim 1): each device's indices name its own rows; component 1 is
+    # data over operand dim 1, which stays whole. No communication, as XLA.
+    # rows=6: uneven shards (2, 2, 2, 0 rows), padded indices.
+    text = f"""HloModule m
+ENTRY %main (x: f32[{rows},6,3], r: s32[1,{rows},5]) -> f32[{rows},5,3] {{
+  %x = f32[{rows},6,3] parameter(0), sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %r = s32[1,{rows},5] parameter(1), sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  %io = s32[1,{rows},5] iota(), iota_dimension=1, sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  %i = s32[2,{rows},5] concatenate(%io, %r), dimensions={{0}}, sharding={{devices=[1,4,1,2]<=[8] last_tile_dim_replicate}}
+  ROOT %g = f32[{rows},5,3] gather(%x, %i), offset_dims={{2}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=0, slice_sizes={{1,1,3}}, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
+
+
+@pytest.mark.parametrize("rows", [8, 6])
+@pytest.mark.parametrize("fn", ["add", "set"])
+def test_scatter_with_iota_indices_is_index_parallel(fn, rows):
+    text = f"""HloModule m
+{ADD}
+ENTRY %main (x: f32[{rows},6,3], r: s32[{rows},5,1], u: f32[{rows},5,3]) -> f32[{rows},6,3] {{
+  %x = f32[{rows},6,3] parameter(0), sharding={{devices=[4,1,2]<=[8]}}
+  %r = s32[{rows},5,1] parameter(1), sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %io = s32[{rows},5,1] iota(), iota_dimension=0, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %i = s32[{rows},5,2] concatenate(%io, %r), dimensions={{2}}, sharding={{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}}
+  %u = f32[{rows},5,3] parameter(2), sharding={{devices=[4,1,2]<=[8]}}
+  ROOT %s = f32[{rows},6,3] scatter(%x, %i, %u), update_window_dims={{2}}, inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=2, to_apply=%{fn}, sharding={{devices=[4,1,2]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 0
