@@ -93,7 +93,11 @@ def structural_groups(module: Module, params: Sequence[Instruction],
         new: dict[Instruction, int] = {}
         for inst in comp.instructions:
             ins = tuple(label[o] for o in inst.operands)
-            outs = tuple(sorted((label[u], u.operands.index(inst))
+            # A tuple's operand position is where the value sits among the outputs
+            # (the root tuple lists every layer's updated weights in order): not a
+            # structural difference, so tuple users count without it.
+            outs = tuple(sorted((label[u], -1 if u.opcode == "tuple" else
+                                 u.operands.index(inst))
                                 for u in users.get(id(inst), ())))
             new[inst] = hash((label[inst], ins, outs))
         label = new

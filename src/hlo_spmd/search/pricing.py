@@ -68,6 +68,9 @@ class Pricer:
         self.num_partitions = num_partitions
         self.cache: dict[tuple, Price | None] = {}
         self.partitions = 0  # whole-module partitions run (cache misses)
+        #: assignment key -> (instruction name -> sharding after completion), for the
+        #: assignments priced with ``keep`` (the local pricer pins slice borders to them)
+        self.kept: dict[tuple, dict[str, object]] = {}
 
     def module(self):
         from hlo_spmd.api import load
@@ -84,17 +87,25 @@ class Pricer:
                                  shard_list(assignment))
         return module, result
 
-    def price(self, assignment: Mapping[int, Spec]) -> Price | None:
+    def price(self, assignment: Mapping[int, Spec], keep: bool = False) -> Price | None:
+        """The assignment's Price (cached). ``keep``: also remember the shardings its
+        completed program gives every entry instruction (:meth:`completed`)."""
         key = tuple(sorted(assignment.items()))
-        if key in self.cache:
+        if key in self.cache and (not keep or key in self.kept):
             return self.cache[key]
         try:
-            _, result = self.run(assignment)
+            source, result = self.run(assignment)
             got: Price | None = price_of(result)
+            if keep:
+                self.kept[key] = {i.name: i.sharding for i in source.entry.instructions}
         except HloSpmdError:
             got = None  # a candidate the partitioner rejects is simply not a choice
         self.cache[key] = got
         return got
+
+    def completed(self, assignment: Mapping[int, Spec]) -> dict[str, object]:
+        """The shardings kept for ``assignment`` (priced with ``keep``)."""
+        return self.kept[tuple(sorted(assignment.items()))]
 
 
 __all__ = ["Price", "Pricer", "price_key", "price_of", "weighted_bytes", "shard_list"]
