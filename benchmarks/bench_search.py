@@ -18,17 +18,6 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 
-def unannotated(module):
-    """``module`` without shardings: Sharding custom-calls bypassed, fields cleared."""
-    for comp in module.computations:
-        for inst in list(comp.instructions):
-            if inst.opcode == "custom-call" and inst.custom_call_target == "Sharding":
-                comp.replace_all_uses(inst, inst.operands[0])
-            inst.sharding = None
-        comp.remove_dead()
-    return module
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="2,28")
@@ -39,6 +28,7 @@ def main(argv=None) -> int:
 
     import hlo_spmd
     from hlo_spmd.errors import HloSpmdError
+    from hlo_spmd.search.heldout import strip_annotations
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd.search.pricing import price_of
     from hlo_spmd.stats import format_bytes
@@ -48,7 +38,7 @@ def main(argv=None) -> int:
         if not path.exists():
             gen.generate(layers)
         expert = price_of(hlo_spmd.partition(str(path)))
-        plain = unannotated(hlo_spmd.load(str(path)))
+        plain = strip_annotations(hlo_spmd.load(str(path)))
         plain = hlo_spmd.load(module_bytes(plain))
         t0 = time.monotonic()
         try:

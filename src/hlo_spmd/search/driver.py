@@ -32,9 +32,9 @@ from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
-from hlo_spmd.search.candidates import (Spec, elementwise_bundles, parameter_candidates,
-                                        structural_groups)
-from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of
+from hlo_spmd.search.candidates import (Spec, attach_outputs, elementwise_bundles, member_key,
+                                        output_slots, parameter_candidates, structural_groups)
+from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of, target
 
 #: Forward distance (instructions) within which two parameters count as interacting.
 MEET_RADIUS = 2
@@ -117,7 +117,8 @@ def _local_pricer(pricer: Pricer, groups, cands, incumbent, completed, mesh, n_d
     probe = pricer.module()
     inline_calls(probe)  # as partitioning does: names match the completed program's
     by_number = {p.parameter_number: p for p in probe.entry.parameters}
-    local_groups = [[by_number[p.parameter_number] for p in members] for members in groups]
+    local_groups = [[by_number[p.parameter_number] if isinstance(p, Instruction) else p
+                     for p in members] for members in groups]
     return LocalPricer(probe, local_groups, cands, incumbent, completed, mesh, n_dev)
 
 
@@ -131,15 +132,19 @@ def _no_fit(pricer: Pricer, limit: int | None):
 
 
 def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_fixed: bool,
-            limit: int | None):
+            limit: int | None, complete_only: bool = False):
     """(annotated, completed source, price, result): ``winner`` written into the module,
-    with the output sharding completion gives it when that does not cost more."""
+    with the output sharding completion gives it when that does not cost more.
+    ``complete_only``: the output sharding is read from completion alone (no partition
+    of the module without it, so no comparison: half a partition for large modules)."""
     from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards
     from hlo_spmd.api import copy_module, partition_owned
+    from hlo_spmd.passes.partition import prepare
 
     def build(root):
         annotated = pricer.module()
-        apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
+        apply_shards(annotated, axes, [ShardSpec(target(k), s, target(k))
+                                       for k, s in winner.items()])
         if root is not None:
             annotated.entry.root.sharding = root
         source = copy_module(annotated)
@@ -150,6 +155,16 @@ def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_f
         pricer.partitions += 1
         return annotated, source, price_of(result), result
 
+    if complete_only and not root_fixed:
+        probe = pricer.module()
+        apply_shards(probe, axes, [ShardSpec(target(k), s, target(k))
+                                   for k, s in winner.items()])
+        try:
+            prepare(probe, n_dev)
+        except HloSpmdError:
+            return None
+        if probe.entry.root.sharding is not None:
+            return build(probe.entry.root.sharding)
     free = build(None)
     if free is None or root_fixed or free[1].entry.root.sharding is None:
         return free
@@ -201,10 +216,14 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     pricer = Pricer(module_bytes(module), axes, n_dev)
 
     groups = elementwise_bundles(probe, structural_groups(probe, free))
+    slots = [] if root_fixed else output_slots(probe)
+    groups = attach_outputs(probe, groups, slots)
+    outputs_decided = bool(slots) and len(slots) == len(
+        probe.entry.root.shape.tuple_shapes if probe.entry.root.shape.is_tuple else [0])
     cands = [parameter_candidates(g[0].shape.dims, axes) for g in groups]
 
     def expand(choice: Sequence[int]) -> dict[int, Spec]:
-        return {p.parameter_number: cands[g][choice[g]] for g, members in enumerate(groups)
+        return {member_key(p): cands[g][choice[g]] for g, members in enumerate(groups)
                 for p in members}
 
     def key_of(choice: Sequence[int]) -> tuple:
@@ -226,7 +245,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     for assignment, _ in priced_baselines.values():
         seed = []
         for g, members in enumerate(groups):
-            spec = assignment.get(members[0].parameter_number)
+            spec = assignment.get(member_key(members[0]))
             seed.append(cands[g].index(spec) if spec in cands[g] else 0)
         seeds.append(seed)
     incumbent = min(seeds, key=key_of)
@@ -272,7 +291,12 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
             break
         say(f"round {r + 1}: solving and pricing the solver's best {top_k}")
         solutions = solve(unary, pairs, slack, k=top_k)
-        best = min(solutions + [incumbent], key=key_of)
+        # (the single moves were priced whole: the best of them is a candidate too, for
+        # when the model's sum of deltas misjudges the memory limit)
+        singles = [incumbent[:g] + [c] + incumbent[g + 1:] for g, row in enumerate(unary)
+                   for c, d in enumerate(row) if d is not None and c != incumbent[g]]
+        best = min(solutions + [min(singles + [incumbent], key=key_of),
+                                              incumbent], key=key_of)
         if key_of(best) >= key_of(incumbent):
             break
         incumbent = best
@@ -288,7 +312,8 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
             if win_price is None or (limit is not None and win_price.peak > limit):
                 _no_fit(pricer, limit)
         say("partitioning the annotated module")
-        got = _finish(pricer, axes, n_dev, winner, root_fixed, limit)
+        got = _finish(pricer, axes, n_dev, winner, root_fixed or outputs_decided, limit,
+                      complete_only=local)
         if got is None:
             continue
         if final is None or price_key(got[2], limit) < price_key(final[2], limit):

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.search.candidates import Mesh, Spec
+from hlo_spmd.search.candidates import Mesh, OutputSlot, Spec
 from hlo_spmd.search.pricing import Price, Pricer
 
 Delta = tuple[float, float, float]
@@ -72,15 +72,21 @@ class LocalPricer:
         self.mesh = mesh
         self.n = num_partitions
         self.radius = radius
-        self.group_of = {id(p): g for g, members in enumerate(groups) for p in members}
+        self.group_of = {id(p): g for g, members in enumerate(groups) for p in members
+                         if isinstance(p, Instruction)}
         self.reps: list[list[Instruction]] = []
         self.mult: list[float] = []
         for members in groups:
-            near = self.layer(members[len(members) // 2])
-            reps = [p for p in members if p in near]
+            params = [p for p in members if isinstance(p, Instruction)]
+            if not params:  # outputs alone: nothing to cut a slice around
+                self.reps.append([])
+                self.mult.append(1.0)
+                continue
+            near = self.layer(params[len(params) // 2])
+            reps = [p for p in params if p in near]
             self.reps.append(reps)
-            self.mult.append(len(members) / len(reps))
-        self._slices: dict[tuple, tuple[Pricer, dict[int, int]] | None] = {}
+            self.mult.append(len(params) / len(reps))
+        self._slices: dict[tuple, tuple | None] = {}
         self.partitions = 0
 
     # -- geometry -------------------------------------------------------------------------
@@ -131,24 +137,24 @@ class LocalPricer:
         return members or None
 
     # -- slices ---------------------------------------------------------------------------
-    def _slice(self, key: tuple, moved: Sequence[Instruction]) -> tuple[Pricer, dict[int, int]] | None:
+    def _slice(self, key: tuple, moved: Sequence[Instruction]) -> tuple | None:
         if key in self._slices:
             return self._slices[key]
         from hlo_spmd.ir.io import module_bytes
 
         inside = self.ball(moved)
         try:
-            module, numbers = self._cut(inside, set(moved))
-            got = (Pricer(module_bytes(module), self.mesh, self.n), numbers)
+            module, numbers, outs = self._cut(inside, set(moved))
+            got = (Pricer(module_bytes(module), self.mesh, self.n), numbers, outs)
         except HloSpmdError:
             got = None
         self._slices[key] = got
         return got
 
     def _cut(self, inside: set[Instruction], moved: set[Instruction]
-             ) -> tuple[Module, dict[int, int]]:
+             ) -> tuple[Module, dict[int, int], dict[int, int]]:
         """The slice as a module: (module, original parameter number -> slice number of
-        each moved parameter)."""
+        each moved parameter, id(instruction) -> slice output index)."""
         from hlo_spmd.ir.clone import clone_computation, clone_instruction
         from hlo_spmd.ir.computation import Computation
         from hlo_spmd.ir.shape import Shape
@@ -208,16 +214,22 @@ class LocalPricer:
             root.sharding = HloSharding.tuple(shardings)
         comp.add(root)
         comp.root = root
-        return module, numbers
+        return module, numbers, {id(i): j for j, i in enumerate(outs)}
 
     def _price(self, key: tuple, moved: Sequence[Instruction],
                choice: Mapping[int, int]) -> Price | None:
         sl = self._slice(key, moved)
         if sl is None:
             return None
-        pricer, numbers = sl
-        assignment = {numbers[p.parameter_number]: self.cands[self.group_of[id(p)]][
+        pricer, numbers, outs = sl
+        assignment: dict = {numbers[p.parameter_number]: self.cands[self.group_of[id(p)]][
             choice[self.group_of[id(p)]]] for p in moved}
+        for g, c in choice.items():  # the group's outputs move with it
+            for slot in self.groups[g]:
+                if isinstance(slot, OutputSlot):
+                    j = outs.get(id(slot.value(self.comp)))
+                    if j is not None:
+                        assignment[f"out#{j}"] = self.cands[g][c]
         before = pricer.partitions
         got = pricer.price(assignment)
         self.partitions += pricer.partitions - before
@@ -234,6 +246,8 @@ class LocalPricer:
         return (new - now) * len(self.groups[g])
 
     def unary(self, g: int, c: int) -> Delta | None:
+        if not self.reps[g]:
+            return None
         base = {g: self.incumbent[g]}
         key = (g,)
         b = self._price(key, self.reps[g], base)
@@ -245,6 +259,8 @@ class LocalPricer:
                 self._peak_delta(g, c))
 
     def interaction(self, g: int, c: int, h: int, d: int) -> Delta | None:
+        if not self.reps[g]:
+            return None
         partner = self.partner(g, h)
         if partner is None:
             return None
@@ -264,7 +280,7 @@ class LocalPricer:
     def meeting_pairs(self) -> set[tuple[int, int]]:
         out = set()
         for g in range(len(self.groups)):
-            near = self.ball(self.reps[g])
+            near = self.ball(self.reps[g]) if self.reps[g] else set()
             for h in range(g + 1, len(self.groups)):
                 if any(p in near for p in self.groups[h]):
                     out.add((g, h))

@@ -54,9 +54,20 @@ def price_of(result) -> Price:
     return Price(weighted_bytes(result.report), len(result.report["collectives"]), peak)
 
 
-def shard_list(assignment: Mapping[int, Spec]) -> list[str]:
-    """``{0: ("data", None)}`` -> ``["#0=data,_"]`` (the --shard form)."""
-    return [f"#{k}={spec_text(s)}" for k, s in sorted(assignment.items())]
+def target(key: int | str) -> str:
+    """An assignment key as a ``--shard`` target: parameter ``k`` -> ``#k``; outputs
+    (``out``, ``out#K``) as they are."""
+    return f"#{key}" if isinstance(key, int) else key
+
+
+def assignment_key(assignment: Mapping) -> tuple:
+    return tuple(sorted((target(k), s) for k, s in assignment.items()))
+
+
+def shard_list(assignment: Mapping[int | str, Spec]) -> list[str]:
+    """``{0: ("data", None), "out": ...}`` -> ``["#0=data,_", "out=..."]`` (the --shard
+    form)."""
+    return [f"{k}={spec_text(s)}" for k, s in assignment_key(assignment)]
 
 
 class Pricer:
@@ -90,7 +101,7 @@ class Pricer:
     def price(self, assignment: Mapping[int, Spec], keep: bool = False) -> Price | None:
         """The assignment's Price (cached). ``keep``: also remember the shardings its
         completed program gives every entry instruction (:meth:`completed`)."""
-        key = tuple(sorted(assignment.items()))
+        key = assignment_key(assignment)
         if key in self.cache and (not keep or key in self.kept):
             return self.cache[key]
         try:
@@ -105,7 +116,7 @@ class Pricer:
 
     def completed(self, assignment: Mapping[int, Spec]) -> dict[str, object]:
         """The shardings kept for ``assignment`` (priced with ``keep``)."""
-        return self.kept[tuple(sorted(assignment.items()))]
+        return self.kept[assignment_key(assignment)]
 
 
 __all__ = ["Price", "Pricer", "price_key", "price_of", "weighted_bytes", "shard_list"]
