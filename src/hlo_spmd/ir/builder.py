@@ -21,7 +21,6 @@ written to ``iota_collective_device_list`` (field 92) -- what jaxlib 0.10 itself
 from __future__ import annotations
 
 import keyword
-import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, Union
 
 import numpy as np
@@ -145,14 +144,12 @@ class _ModuleState:
         self.inferred = InferenceMemo()
 
 
-# Keyed weakly: the state lives exactly as long as its module.
-_WEAK_STATE: "weakref.WeakKeyDictionary[Any, _ModuleState]" = weakref.WeakKeyDictionary()
-
-
 def _state(module: "Module") -> _ModuleState:
-    st = _WEAK_STATE.get(module)
+    """The module's state, kept on the module (``Module.builder_state``): it lives
+    exactly as long as the module (a cycle with it, which the collector frees)."""
+    st = module.builder_state
     if st is None:
-        st = _WEAK_STATE[module] = _ModuleState()
+        st = module.builder_state = _ModuleState()
     return st
 
 

@@ -16,7 +16,8 @@ _BASES = BoundedMemo(1 << 16)
 
 class Module:
     __slots__ = ("name", "computations", "entry", "id", "attrs", "_names", "_next_suffix",
-                 "_next_instruction_id", "_next_computation_id", "config", "__weakref__")
+                 "_next_instruction_id", "_next_computation_id", "config", "builder_state",
+                 "__weakref__")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -31,6 +32,11 @@ class Module:
         self._next_computation_id = 0
         # HloModuleConfig fields that only HLO text carries (num_partitions, replica_count, ...).
         self.config: dict = {}
+        # ir.builder's per-module state (channel ids, scalar computations, the shape
+        # inference memo). On the module, not in a weak-keyed table: the state holds the
+        # module's computations, which hold the module, so a table's value would keep
+        # its own key alive forever (every partitioned module leaked, ~1 MB each).
+        self.builder_state: Any = None
 
     # -- naming and ids -----------------------------------------------------------------
     def unique_name(self, wanted: str) -> str:

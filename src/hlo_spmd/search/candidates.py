@@ -93,7 +93,11 @@ def structural_groups(module: Module, params: Sequence[Instruction],
         new: dict[Instruction, int] = {}
         for inst in comp.instructions:
             ins = tuple(label[o] for o in inst.operands)
-            outs = tuple(sorted((label[u], u.operands.index(inst))
+            # A tuple's operand position is where the value sits among the outputs
+            # (the root tuple lists every layer's updated weights in order): not a
+            # structural difference, so tuple users count without it.
+            outs = tuple(sorted((label[u], -1 if u.opcode == "tuple" else
+                                 u.operands.index(inst))
                                 for u in users.get(id(inst), ())))
             new[inst] = hash((label[inst], ins, outs))
         label = new
@@ -146,3 +150,70 @@ def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
 
 __all__ = ["elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
            "parameter_candidates", "structural_groups"]
+
+
+class OutputSlot:
+    """An entry output as a decision: element ``index`` of the root tuple (None: the
+    root itself), written ``out#K`` / ``out`` as a ``--shard`` target."""
+    __slots__ = ("index", "shape")
+
+    def __init__(self, index: int | None, shape) -> None:
+        self.index = index
+        self.shape = shape
+
+    @property
+    def target(self) -> str:
+        return "out" if self.index is None else f"out#{self.index}"
+
+    def value(self, comp) -> Instruction | None:
+        """The instruction that produces this output in ``comp`` (None: not visible)."""
+        root = comp.root
+        if self.index is None:
+            return root
+        if root.opcode == "tuple":
+            return root.operands[self.index]
+        return None
+
+
+def output_slots(module: Module) -> list[OutputSlot]:
+    """The array outputs of the entry computation."""
+    root = module.entry.root
+    if root.shape.is_tuple:
+        return [OutputSlot(k, s) for k, s in enumerate(root.shape.tuple_shapes) if s.is_array]
+    return [OutputSlot(None, root.shape)] if root.shape.is_array else []
+
+
+def attach_outputs(module: Module, groups: Sequence[Sequence[Instruction]],
+                   slots: Sequence[OutputSlot]) -> list[list]:
+    """``groups`` with each output joined to the group of the parameter it is computed
+    from elementwise at its own shape (an updated weight or optimizer state takes its
+    parameter's sharding: the next step reads it back); other outputs form groups of
+    their own."""
+    from hlo_spmd.ir.opcodes import is_elementwise
+
+    comp = module.entry
+    group_of = {p: g for g, members in enumerate(groups) for p in members}
+    out = [list(members) for members in groups]
+    for slot in slots:
+        start = slot.value(comp)
+        found = None
+        stack, seen = ([start] if start is not None else []), set()
+        while stack and found is None:
+            inst = stack.pop()
+            if inst in seen or inst.shape != slot.shape:
+                continue
+            seen.add(inst)
+            if inst in group_of:
+                found = group_of[inst]
+            elif is_elementwise(inst.opcode) or inst.opcode in ("copy", "convert"):
+                stack.extend(inst.operands)
+        if found is None:
+            out.append([slot])
+        else:
+            out[found].append(slot)
+    return out
+
+
+def member_key(member) -> int | str:
+    """A group member's key in an assignment: a parameter number, or ``out``/``out#K``."""
+    return member.target if isinstance(member, OutputSlot) else member.parameter_number

@@ -32,12 +32,15 @@ from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
-from hlo_spmd.search.candidates import (Spec, elementwise_bundles, parameter_candidates,
-                                        structural_groups)
-from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of
+from hlo_spmd.search.candidates import (Spec, attach_outputs, elementwise_bundles, member_key,
+                                        output_slots, parameter_candidates, structural_groups)
+from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of, target
 
 #: Forward distance (instructions) within which two parameters count as interacting.
 MEET_RADIUS = 2
+#: Above this (entry instructions x single moves), moves are priced on slices
+#: (:mod:`~hlo_spmd.search.local`) instead of whole-module partitions.
+EXACT_WORK = 20_000
 
 
 class SearchError(HloSpmdError):
@@ -85,6 +88,92 @@ def _meeting_pairs(module: Module, groups: Sequence[Sequence[Instruction]]) -> s
     return out
 
 
+def _exact_deltas(pricer: Pricer, expand, incumbent: Sequence[int], base: Price):
+    """(unary, interaction) delta functions that price whole-module partitions."""
+    def unary(g: int, c: int):
+        choice = list(incumbent)
+        choice[g] = c
+        p = pricer.price(expand(choice))
+        return None if p is None else _delta(p, base)
+
+    def interaction(g: int, c: int, h: int, d: int):
+        choice = list(incumbent)
+        choice[g], choice[h] = c, d
+        p = pricer.price(expand(choice))
+        ug, uh = unary(g, c), unary(h, d)  # (cached prices)
+        if p is None or ug is None or uh is None:
+            return None
+        full = _delta(p, base)
+        return (full[0] - ug[0] - uh[0], full[1] - ug[1] - uh[1], full[2] - ug[2] - uh[2])
+
+    return unary, interaction
+
+
+def _local_pricer(pricer: Pricer, groups, cands, incumbent, completed, mesh, n_dev):
+    """A LocalPricer around ``incumbent``, whose completed shardings ``pricer`` kept."""
+    from hlo_spmd.passes.inline_calls import inline_calls
+    from hlo_spmd.search.local import LocalPricer
+
+    probe = pricer.module()
+    inline_calls(probe)  # as partitioning does: names match the completed program's
+    by_number = {p.parameter_number: p for p in probe.entry.parameters}
+    local_groups = [[by_number[p.parameter_number] if isinstance(p, Instruction) else p
+                     for p in members] for members in groups]
+    return LocalPricer(probe, local_groups, cands, incumbent, completed, mesh, n_dev)
+
+
+def _no_fit(pricer: Pricer, limit: int | None):
+    peaks = [p.peak for p in pricer.cache.values() if p is not None]
+    smallest = min(peaks) if peaks else None
+    raise SearchError(
+        f"no sharding found fits the memory limit of {limit} bytes per device; the "
+        f"smallest peak found is {smallest} bytes" if smallest is not None else
+        "no candidate sharding could be partitioned")
+
+
+def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_fixed: bool,
+            limit: int | None, complete_only: bool = False):
+    """(annotated, completed source, price, result): ``winner`` written into the module,
+    with the output sharding completion gives it when that does not cost more.
+    ``complete_only``: the output sharding is read from completion alone (no partition
+    of the module without it, so no comparison: half a partition for large modules)."""
+    from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards
+    from hlo_spmd.api import copy_module, partition_owned
+    from hlo_spmd.passes.partition import prepare
+
+    def build(root):
+        annotated = pricer.module()
+        apply_shards(annotated, axes, [ShardSpec(target(k), s, target(k))
+                                       for k, s in winner.items()])
+        if root is not None:
+            annotated.entry.root.sharding = root
+        source = copy_module(annotated)
+        try:
+            result = partition_owned(source, n_dev)
+        except HloSpmdError:
+            return None
+        pricer.partitions += 1
+        return annotated, source, price_of(result), result
+
+    if complete_only and not root_fixed:
+        probe = pricer.module()
+        apply_shards(probe, axes, [ShardSpec(target(k), s, target(k))
+                                   for k, s in winner.items()])
+        try:
+            prepare(probe, n_dev)
+        except HloSpmdError:
+            return None
+        if probe.entry.root.sharding is not None:
+            return build(probe.entry.root.sharding)
+    free = build(None)
+    if free is None or root_fixed or free[1].entry.root.sharding is None:
+        return free
+    pinned = build(free[1].entry.root.sharding)
+    if pinned is None or price_key(pinned[2], limit) > price_key(free[2], limit):
+        return free  # the output annotation changed completion for the worse
+    return pinned
+
+
 def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = None, *,
            progress: Callable[[str], None] | None = None, rounds: int = 4, top_k: int = 4,
            pair_top: int = 2) -> SearchResult:
@@ -127,10 +216,14 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     pricer = Pricer(module_bytes(module), axes, n_dev)
 
     groups = elementwise_bundles(probe, structural_groups(probe, free))
+    slots = [] if root_fixed else output_slots(probe)
+    groups = attach_outputs(probe, groups, slots)
+    outputs_decided = bool(slots) and len(slots) == len(
+        probe.entry.root.shape.tuple_shapes if probe.entry.root.shape.is_tuple else [0])
     cands = [parameter_candidates(g[0].shape.dims, axes) for g in groups]
 
     def expand(choice: Sequence[int]) -> dict[int, Spec]:
-        return {p.parameter_number: cands[g][choice[g]] for g, members in enumerate(groups)
+        return {member_key(p): cands[g][choice[g]] for g, members in enumerate(groups)
                 for p in members}
 
     def key_of(choice: Sequence[int]) -> tuple:
@@ -139,37 +232,43 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     say(f"pricing baselines ({len(free)} free parameters in {len(groups)} groups)")
     named = baselines(probe, free, axes)
     priced_baselines: dict[str, tuple[dict[int, Spec], Price | None]] = {}
+    moves = sum(len(c) - 1 for c in cands)
+    local = len(probe.entry.instructions) * moves > EXACT_WORK
     for name, assignment in named.items():
-        priced_baselines[name] = (assignment, pricer.price(assignment))
+        # (local pricing pins slice borders to the incumbent's completed shardings, and
+        # the best baseline is the incumbent: keep them rather than partition it again)
+        priced_baselines[name] = (assignment, pricer.price(assignment, keep=local))
     if own:
         priced_baselines["annotations"] = ({}, pricer.price({}))
 
-    seeds = [[0] * len(groups)]
+    seeds = [] if local and priced_baselines else [[0] * len(groups)]
     for assignment, _ in priced_baselines.values():
         seed = []
         for g, members in enumerate(groups):
-            spec = assignment.get(members[0].parameter_number)
+            spec = assignment.get(member_key(members[0]))
             seed.append(cands[g].index(spec) if spec in cands[g] else 0)
         seeds.append(seed)
     incumbent = min(seeds, key=key_of)
-    meets = _meeting_pairs(probe, groups)
     done_rounds = 0
-    for r in range(rounds):
+    local_pricer = None
+    for r in range(1 if local else rounds):
         done_rounds = r + 1
-        base = pricer.price(expand(incumbent))
+        base = pricer.price(expand(incumbent), keep=local)
         if base is None:
             break
-        moves = sum(len(c) - 1 for c in cands)
-        say(f"round {r + 1}: pricing {moves} single moves")
-        unary: list[list[tuple[float, float, float] | None]] = []
-        for g in range(len(groups)):
-            row = []
-            for c in range(len(cands[g])):
-                choice = list(incumbent)
-                choice[g] = c
-                p = pricer.price(expand(choice))
-                row.append(None if p is None else _delta(p, base))
-            unary.append(row)
+        if local:
+            local_pricer = _local_pricer(pricer, groups, cands, incumbent,
+                                         pricer.completed(expand(incumbent)), axes, n_dev)
+            unary_of, interaction_of = local_pricer.unary, local_pricer.interaction
+            meets = local_pricer.meeting_pairs()
+        else:
+            unary_of, interaction_of = _exact_deltas(pricer, expand, incumbent, base)
+            meets = _meeting_pairs(probe, groups)
+        say(f"round {r + 1}: pricing {moves} single moves"
+            + (" on slices" if local else ""))
+        unary: list[list[tuple[float, float, float] | None]] = [
+            [(0.0, 0.0, 0.0) if c == incumbent[g] else unary_of(g, c)
+             for c in range(len(cands[g]))] for g in range(len(groups))]
         top: list[list[int]] = []
         for g, row in enumerate(unary):
             ranked = sorted((c for c, d in enumerate(row) if d is not None and c != incumbent[g]),
@@ -180,49 +279,51 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
         for g, h in sorted(meets):
             for c in top[g]:
                 for d in top[h]:
-                    choice = list(incumbent)
-                    choice[g], choice[h] = c, d
-                    p = pricer.price(expand(choice))
-                    ug, uh = unary[g][c], unary[h][d]
-                    if p is None or ug is None or uh is None:
-                        continue
-                    full = _delta(p, base)
-                    pairs[(g, c, h, d)] = (full[0] - ug[0] - uh[0], full[1] - ug[1] - uh[1],
-                                           full[2] - ug[2] - uh[2])
-        say(f"round {r + 1}: solving and pricing the solver's best {top_k}")
+                    got = interaction_of(g, c, h, d)
+                    if got is not None:
+                        pairs[(g, c, h, d)] = got
         slack = None if limit is None else float(limit - base.peak)
+        if local:
+            say(f"round {r + 1}: solving")
+            solutions = solve(unary, pairs, slack, k=1)
+            if solutions and solutions[0] != incumbent:
+                solutions = [solutions[0]]
+            break
+        say(f"round {r + 1}: solving and pricing the solver's best {top_k}")
         solutions = solve(unary, pairs, slack, k=top_k)
-        best = min(solutions + [incumbent], key=key_of)
+        # (the single moves were priced whole: the best of them is a candidate too, for
+        # when the model's sum of deltas misjudges the memory limit)
+        singles = [incumbent[:g] + [c] + incumbent[g + 1:] for g, row in enumerate(unary)
+                   for c, d in enumerate(row) if d is not None and c != incumbent[g]]
+        best = min(solutions + [min(singles + [incumbent], key=key_of),
+                                              incumbent], key=key_of)
         if key_of(best) >= key_of(incumbent):
             break
         incumbent = best
 
-    winner = expand(incumbent)
-    win_price = pricer.price(winner)
-    if win_price is None or (limit is not None and win_price.peak > limit):
-        peaks = [p.peak for p in pricer.cache.values() if p is not None]
-        smallest = min(peaks) if peaks else None
-        raise SearchError(
-            f"no sharding found fits the memory limit of {limit} bytes per device; the "
-            f"smallest peak found is {smallest} bytes" if smallest is not None else
-            "no candidate sharding could be partitioned")
-
-    say("partitioning the annotated module")
-    source, _ = pricer.run(winner)
-    annotated = pricer.module()
-    apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
-    if not root_fixed and source.entry.root.sharding is not None:
-        annotated.entry.root.sharding = source.entry.root.sharding
-    final_source = copy_module(annotated)
-    final = partition_owned(final_source, n_dev)
-    final_price = price_of(final)
-    if price_key(final_price, limit) > price_key(win_price, limit):
-        # The output annotation changed completion for the worse: keep the root free.
-        annotated = pricer.module()
-        apply_shards(annotated, axes, [ShardSpec(f"#{k}", s, f"#{k}") for k, s in winner.items()])
-        final_source = copy_module(annotated)
-        final = partition_owned(final_source, n_dev)
-        final_price = price_of(final)
+    candidates = [incumbent]
+    if local and solutions and solutions[0] != incumbent:
+        candidates.insert(0, solutions[0])  # priced whole once, below; kept if it wins
+    final = None
+    for choice in candidates:
+        winner = expand(choice)
+        if not local:
+            win_price = pricer.price(winner)
+            if win_price is None or (limit is not None and win_price.peak > limit):
+                _no_fit(pricer, limit)
+        say("partitioning the annotated module")
+        got = _finish(pricer, axes, n_dev, winner, root_fixed or outputs_decided, limit,
+                      complete_only=local)
+        if got is None:
+            continue
+        if final is None or price_key(got[2], limit) < price_key(final[2], limit):
+            final = got
+        if not local or (limit is None or got[2].peak <= limit) and price_key(
+                got[2], limit) <= price_key(pricer.price(expand(incumbent)), limit):
+            break
+    if final is None or (limit is not None and final[2].peak > limit):
+        _no_fit(pricer, limit)
+    annotated, final_source, final_price, final = final
     report = build_report(
         final_source, axes, limit, final_price, priced_baselines,
         fixed={p.parameter_number for p in params if p.sharding is not None},
@@ -230,7 +331,9 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
             "solver": "HiGHS (scipy.optimize.milp)", "groups": len(groups),
             "free_parameters": len(free),
             "candidates": sum(len(c) for c in cands), "rounds": done_rounds,
+            "pricing": "slices" if local else "whole module",
             "partitions_priced": pricer.partitions,
+            "slice_partitions": local_pricer.partitions if local_pricer else 0,
             "seconds": round(time.monotonic() - t0, 3)})
     return SearchResult(annotated, final, report)
 

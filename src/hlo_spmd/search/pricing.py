@@ -54,9 +54,20 @@ def price_of(result) -> Price:
     return Price(weighted_bytes(result.report), len(result.report["collectives"]), peak)
 
 
-def shard_list(assignment: Mapping[int, Spec]) -> list[str]:
-    """``{0: ("data", None)}`` -> ``["#0=data,_"]`` (the --shard form)."""
-    return [f"#{k}={spec_text(s)}" for k, s in sorted(assignment.items())]
+def target(key: int | str) -> str:
+    """An assignment key as a ``--shard`` target: parameter ``k`` -> ``#k``; outputs
+    (``out``, ``out#K``) as they are."""
+    return f"#{key}" if isinstance(key, int) else key
+
+
+def assignment_key(assignment: Mapping) -> tuple:
+    return tuple(sorted((target(k), s) for k, s in assignment.items()))
+
+
+def shard_list(assignment: Mapping[int | str, Spec]) -> list[str]:
+    """``{0: ("data", None), "out": ...}`` -> ``["#0=data,_", "out=..."]`` (the --shard
+    form)."""
+    return [f"{k}={spec_text(s)}" for k, s in assignment_key(assignment)]
 
 
 class Pricer:
@@ -68,6 +79,9 @@ class Pricer:
         self.num_partitions = num_partitions
         self.cache: dict[tuple, Price | None] = {}
         self.partitions = 0  # whole-module partitions run (cache misses)
+        #: assignment key -> (instruction name -> sharding after completion), for the
+        #: assignments priced with ``keep`` (the local pricer pins slice borders to them)
+        self.kept: dict[tuple, dict[str, object]] = {}
 
     def module(self):
         from hlo_spmd.api import load
@@ -84,17 +98,25 @@ class Pricer:
                                  shard_list(assignment))
         return module, result
 
-    def price(self, assignment: Mapping[int, Spec]) -> Price | None:
-        key = tuple(sorted(assignment.items()))
-        if key in self.cache:
+    def price(self, assignment: Mapping[int, Spec], keep: bool = False) -> Price | None:
+        """The assignment's Price (cached). ``keep``: also remember the shardings its
+        completed program gives every entry instruction (:meth:`completed`)."""
+        key = assignment_key(assignment)
+        if key in self.cache and (not keep or key in self.kept):
             return self.cache[key]
         try:
-            _, result = self.run(assignment)
+            source, result = self.run(assignment)
             got: Price | None = price_of(result)
+            if keep:
+                self.kept[key] = {i.name: i.sharding for i in source.entry.instructions}
         except HloSpmdError:
             got = None  # a candidate the partitioner rejects is simply not a choice
         self.cache[key] = got
         return got
+
+    def completed(self, assignment: Mapping[int, Spec]) -> dict[str, object]:
+        """The shardings kept for ``assignment`` (priced with ``keep``)."""
+        return self.kept[assignment_key(assignment)]
 
 
 __all__ = ["Price", "Pricer", "price_key", "price_of", "weighted_bytes", "shard_list"]

@@ -50,7 +50,9 @@ def build_report(source: Module, mesh: Mesh, limit: int | None, price: Price,
     carry their final shardings)."""
     from hlo_spmd.annotations.cli_spec import mesh_text
 
-    group_of = {p.parameter_number: g for g, members in enumerate(groups) for p in members}
+    from hlo_spmd.search.candidates import member_key
+
+    group_of = {member_key(p): g for g, members in enumerate(groups) for p in members}
     params = []
     for p in source.entry.parameters:
         row = {"parameter": p.parameter_number, "name": p.name}
