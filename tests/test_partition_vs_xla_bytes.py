@@ -54,3 +54,95 @@ def test_three_of_eight_tiles_hold_data_masked_sum_places_each():
     assert kinds(result, 8) == ["all-reduce"]
     ours, xla = ours_and_xla(text, result, 8)
     assert ours <= xla, (ours, xla)
+
+
+# -- item 5: values on one device ({maximal device=k}) ----------------------------------------
+MINMAX = """
+minmax {
+  lv = f32[] parameter(0)
+  rv = f32[] parameter(2)
+  c = pred[] compare(lv, rv), direction=GT
+  v = f32[] select(c, lv, rv)
+  li = s32[] parameter(1)
+  ri = s32[] parameter(3)
+  i = s32[] select(c, li, ri)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""
+
+
+def test_maximal_tuple_reduce_runs_on_its_device():
+    # XLA's DeviceMaximalTupleReduce on 8 devices, owner 5: the reduce runs where its
+    # operands are; nothing moves (XLA's program all-reduces its results: 406 B).
+    text = "HloModule m\n" + MINMAX + """
+ENTRY main {
+  p0 = f32[28,10] parameter(0), sharding={maximal device=5}
+  p1 = s32[28,10] parameter(1), sharding={maximal device=5}
+  i0 = f32[] parameter(2), sharding={maximal device=5}
+  i1 = s32[] parameter(3), sharding={maximal device=5}
+  ROOT r = (f32[28], s32[28]) reduce(p0, p1, i0, i1), dimensions={1}, to_apply=minmax,
+    sharding={{maximal device=5}, {maximal device=5}}
+}
+"""
+    result = check(text, 8)
+    assert kinds(result, 8) == []
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours == 0.0 and xla > 0.0, (ours, xla)
+
+
+def test_maximal_tuple_sort_runs_on_its_device():
+    # XLA's DeviceMaximalTupleSort: a sort on device 0, not the replicated fallback.
+    text = module("""
+  p = f32[3] parameter(0), sharding={maximal device=0}
+  i = s32[3] iota(), iota_dimension=0, sharding={maximal device=0}
+  ROOT s = (f32[3], s32[3]) sort(p, i), dimensions={0}, to_apply=ge,
+    sharding={{maximal device=0}, {maximal device=0}}""").replace("ENTRY", """ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT g = pred[] compare(a, b), direction=GT
+}
+
+ENTRY""")
+    result = check(text, 2)
+    assert kinds(result, 2) == []
+
+
+def test_maximal_to_another_device_is_one_permute():
+    # One transfer owner -> new owner (8192 B), where select + all-reduce moves 2*(7/8)
+    # of the value from every device (XLA: 14336 B).
+    text = module("""
+  p = f32[64,32] parameter(0), sharding={maximal device=2}
+  ROOT c = f32[64,32] copy(p), sharding={maximal device=5}""")
+    result = check(text, 8)
+    (rec,) = module_stats(result.module, 8).records
+    assert rec.kind == "collective-permute" and rec.bytes_per_device == 64 * 32 * 4
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours < xla, (ours, xla)
+
+
+def test_ops_on_one_device_take_operands_there_and_move_once():
+    # A multiply, reduce and tuple on device 3 (one operand tiled: gathered whole once),
+    # read by a negate on device 6: the only moves are the tiled operand and one permute
+    # of the [64] result.
+    text = module("""
+  p = f32[64,32] parameter(0), sharding={maximal device=3}
+  q = f32[64,32] parameter(1), sharding={devices=[4,2]<=[8]}
+  m = f32[64,32] multiply(p, q), sharding={maximal device=3}
+  z = f32[] constant(0), sharding={maximal device=3}
+  r = f32[64] reduce(m, z), dimensions={1}, to_apply=add, sharding={maximal device=3}
+  t = (f32[64], f32[64,32]) tuple(r, m), sharding={{maximal device=3}, {maximal device=3}}
+  g = f32[64] get-tuple-element(t), index=0, sharding={maximal device=3}
+  ROOT o = f32[64] negate(g), sharding={maximal device=6}""").replace("ENTRY", """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY""")
+    result = check(text, 8)
+    assert kinds(result, 8) == ["all-gather", "all-gather", "collective-permute"]
+    assert module_stats(result.module, 8).records[-1].bytes_per_device == 64 * 4
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours <= xla, (ours, xla)

@@ -4,7 +4,8 @@ Routes (cheapest that applies):
   same sharding                 -> nothing
   replicated -> tiled           -> pad (uneven) + dynamic-slice at this device's offset, no traffic
   tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
-  maximal -> anything           -> select on the owner + all-reduce, then as replicated
+  maximal -> another device     -> one collective-permute owner -> new owner
+  maximal -> anything else      -> select on the owner + all-reduce, then as replicated
   tiled / partially replicated  -> the cheapest plan of reshard_routes (dynamic-slice,
     <-> tiled / partially          all-gather, all-to-all, collective-permute and chains
     replicated                     of them, costed in bytes per device), when it beats:
@@ -96,6 +97,8 @@ def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) 
     from hlo_spmd.passes.partition import unreduced  # partial sums: their own routes
     if unreduced.is_unreduced(src) or unreduced.is_unreduced(target):
         return unreduced.reshard_unreduced(ctx, pv, target)
+    if src.is_maximal and target.is_maximal:
+        return maximal_to_maximal(ctx, pv, target)
     if src.is_maximal and _scatter_dim(target, pv.base_shape.dims, ctx.num_devices) is not None:
         return maximal_to_tiled(ctx, pv, target)
     if src.is_maximal:
@@ -104,8 +107,11 @@ def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) 
         if src == target:
             return pv
     if target.is_maximal:
-        # A replicated value is valid on the owner device as well.
-        return PValue(replicate(ctx, pv).hlo, pv.base_shape, target)
+        # A replicated value is valid on the owner device as well (a remembered one, e.g.
+        # the whole value a tile was cut from, costs nothing).
+        hit = ctx.state.reshard_cache.get(_cache_key(ctx, pv, HloSharding.replicate()))
+        whole = hit[1] if hit is not None else replicate(ctx, pv)
+        return PValue(whole.hlo, pv.base_shape, target)
     for route in SPECIAL_ROUTES:
         out = route(ctx, pv, target)
         if out is not None:
@@ -149,6 +155,8 @@ def _reshard_cost(dims: tuple[int, ...], itemsize: float, src: HloSharding,
         return 0.0 if dst.is_manual and (src.is_replicated or src.is_maximal) else math.inf
     total = 0.0
     full = float(math.prod(dims)) * itemsize
+    if src.is_maximal and dst.is_maximal:
+        return bytes_per_device("collective-permute", full, full, 2)
     if src.is_maximal and _scatter_dim(dst, dims, num_devices) is not None:
         return bytes_per_device("reduce-scatter", full, full / num_devices, num_devices)
     if src.is_maximal:
@@ -328,6 +336,13 @@ def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
         pred = ctx.b.broadcast(pred, list(x.shape.dims), [])
     zero = ctx.b.broadcast(ctx.b.scalar(0, x), list(x.shape.dims), []) if x.shape.rank else ctx.b.scalar(0, x)
     return ctx.b.select(pred, x, zero)
+
+
+def maximal_to_maximal(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """The owner's value to another single device: one collective-permute owner -> new
+    owner (the other devices send nothing and keep what they had, which means nothing)."""
+    out = ctx.f.collective_permute(pv.hlo, [(pv.sharding.device, target.device)])
+    return PValue(out, pv.base_shape, target)
 
 
 def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
