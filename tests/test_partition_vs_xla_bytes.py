@@ -146,3 +146,26 @@ ENTRY""")
     assert module_stats(result.module, 8).records[-1].bytes_per_device == 64 * 4
     ours, xla = ours_and_xla(text, result, 8)
     assert ours <= xla, (ours, xla)
+
+
+@pytest.mark.parametrize("et", ["f32", "pred", "s32"])
+@pytest.mark.parametrize("dims,target,want", [
+    # 2-D tiling over every device: one reduce-scatter of 7/8 of the (padded) value.
+    ("64,32", "{devices=[4,2]<=[8]}", ["reduce-scatter"]),
+    ("13,7", "{devices=[4,2]<=[8]}", ["reduce-scatter"]),
+    # Partially replicated: reduce-scatter to (tile, holder) chunks, gather each tile.
+    ("64,32", "{devices=[2,2,2]<=[8] last_tile_dim_replicate}", ["reduce-scatter", "all-gather"]),
+    ("6,5", "{devices=[1,2,4]<=[8] last_tile_dim_replicate}", ["reduce-scatter", "all-gather"]),
+    # Tiny and uneven: padding makes the scatter dearer, select + all-reduce stays.
+    ("3", "{devices=[8]<=[8]}", ["all-reduce"]),
+])
+def test_maximal_to_tiled_scatters_the_owners_value(et, dims, target, want):
+    text = module(f"""
+  p = {et}[{dims}] parameter(0), sharding={{maximal device=6}}
+  ROOT c = {et}[{dims}] copy(p), sharding={target}""")
+    result = check(text, 8)
+    assert kinds(result, 8) == want
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours <= xla, (ours, xla)
+    if want[0] == "reduce-scatter" and "64" in dims:
+        assert ours < xla, (ours, xla)
