@@ -169,3 +169,39 @@ def test_maximal_to_tiled_scatters_the_owners_value(et, dims, target, want):
     assert ours <= xla, (ours, xla)
     if want[0] == "reduce-scatter" and "64" in dims:
         assert ours < xla, (ours, xla)
+
+
+# -- item 6: reshapes merging / splitting a sharded dim with halo exchange -------------------
+@pytest.mark.parametrize("n,src,dst,want", [
+    # XLA's ReshapeMergeDimsWithHaloExchange: [7,10] rows split 4+3; each local [4,10]
+    # is 8 result rows of 5, and device 1 needs result row 7 from device 0 (120 B), where
+    # gathering the operand moves 960 B.
+    (2, "s32[2,3,7,10] parameter(0), sharding={devices=[1,1,2,1]0,1}",
+     "s32[3,2,1,14,5] reshape(p), sharding={devices=[1,1,1,2,1]0,1}", ["collective-permute"]),
+    # ... partially replicated (PartialReplicateReshapeMergeDimsWithHaloExchange).
+    (4, "s32[2,3,7,10] parameter(0), sharding={devices=[1,1,2,1,2]<=[4] last_tile_dim_replicate}",
+     "s32[3,2,1,14,5] reshape(p), sharding={devices=[1,1,1,2,1,2]<=[4] last_tile_dim_replicate}",
+     ["collective-permute"]),
+    # ReshapePartialHaloExchange on 8 devices: [14] -> [2,7] split 4 ways is cut on the
+    # operand (windows of 7 rows from tiles of 4) before the local reshape.
+    (8, "f32[4,14,4] parameter(0), sharding={devices=[2,4,1]<=[8]}",
+     "f32[2,2,2,7,2,2] reshape(p), sharding={devices=[2,1,4,1,1,1]<=[8]}",
+     ["collective-permute", "collective-permute"]),
+    # Uneven on both sides but every tile maps onto its result tile: no traffic.
+    (8, "s32[2,3,7,10] parameter(0), sharding={devices=[1,1,8,1]<=[8]}",
+     "s32[3,2,1,14,5] reshape(p), sharding={devices=[1,1,1,8,1]<=[8]}", []),
+    (8, "f32[6,5] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     "f32[3,10] reshape(p), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}", []),
+    # [5,9,3] -> [15,9]: tiles of 2 x 27 elements are 6 result rows; result tiles are 4.
+    (8, "f32[5,9,3] parameter(0), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}",
+     "f32[15,9] reshape(p), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     ["collective-permute"]),
+])
+def test_reshape_uneven_sharded_dim_exchanges_halos(n, src, dst, want):
+    text = module(f"""
+  p = {src}
+  ROOT r = {dst}""")
+    result = check(text, n)
+    assert kinds(result, n) == want
+    ours, xla = ours_and_xla(text, result, n)
+    assert ours <= xla, (ours, xla)
