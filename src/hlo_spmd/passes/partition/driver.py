@@ -19,7 +19,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
                                                PartitionReport)
-from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES
+from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, SIDE_EFFECTING
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
@@ -88,6 +88,46 @@ def handle_as_written(ctx: PartitionContext, inst: Instruction) -> PValue:
 _AS_WRITTEN = (handle_as_written, "handle_as_written")
 
 
+def single_device(s: HloSharding | None) -> int | None:
+    """The device of a ``{maximal device=k}`` sharding (every leaf of a tuple on the same
+    one), else None."""
+    if s is None or not s.is_maximal:
+        return None
+    return s.unique_device
+
+
+def maximal_like(shape, device: int) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([maximal_like(s, device) for s in shape.tuple_shapes])
+    return HloSharding.maximal(device)
+
+
+def _on_device_runs_as_written(inst: Instruction) -> bool:
+    """Compute on one device runs as written there (XLA clones such an op on whole
+    operands); side effects keep their handlers (run under a conditional on the owner),
+    as do device ids, control flow, collectives and custom-calls."""
+    return (_manual_runs_as_written(inst) and inst.opcode not in SIDE_EFFECTING
+            and inst.opcode not in _DEVICE_IDS)
+
+
+# Their meaning depends on which device runs them: their handlers decide.
+_DEVICE_IDS = frozenset({"partition-id", "replica-id"})
+
+
+def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """An op whose sharding puts it on one device: whole operands on that device (free
+    when they are already there or replicated; one transfer from another device), the op
+    as written. Every device computes it, only the owner's result is the value."""
+    device = single_device(inst.sharding)
+    assert device is not None
+    ops = [ctx.operand(inst, i, maximal_like(op.shape, device))
+           for i, op in enumerate(inst.operands)]
+    return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+
+
+_ON_DEVICE = (handle_on_device, "handle_on_device")
+
+
 def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     """Run the handler of every non-parameter instruction of ``comp`` in program order."""
     from hlo_spmd.passes.partition.handlers.basic import handle_replicated
@@ -99,8 +139,9 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     origins = ctx.state.origins
     log = ctx.f.log
     handlers_get = HANDLERS.get
-    # opcode -> (handler, its report name); id(sharding) -> (sharding, fully manual):
-    # shardings are shared objects (a few dozen per module), held so their ids stay theirs.
+    # opcode -> (handler, its report name); id(sharding) -> (sharding, fully manual, on a
+    # single device); shardings are shared objects (a few dozen per module), held so their
+    # ids stay theirs.
     by_opcode: dict[str, tuple] = {}
     manual: dict[int, tuple] = {}
     for inst in comp.instructions:
@@ -112,9 +153,11 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
         if s is not None:
             got = manual.get(id(s))
             if got is None:
-                got = manual[id(s)] = (s, _fully_manual(s))
+                got = manual[id(s)] = (s, _fully_manual(s), single_device(s) is not None)
             if got[1] and _manual_runs_as_written(inst):
                 entry = _AS_WRITTEN
+            elif got[2] and _on_device_runs_as_written(inst):
+                entry = _ON_DEVICE
         if entry is None:
             entry = by_opcode.get(opcode)
             if entry is None:

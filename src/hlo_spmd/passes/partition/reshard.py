@@ -8,7 +8,9 @@ for ``stats``. Steps (cheapest route that applies):
   replicated -> tiled           -> local cut: pad (uneven) + dynamic-slice at this
                                    device's offset, no traffic
   tiled -> replicated           -> all-gather per sharded dim (+ slice off padding)
-  maximal -> one dim tiled      -> reduce-scatter of the owner-only value
+  maximal -> another device     -> one collective-permute owner -> new owner
+  maximal -> tiled              -> owner-only value, one reduce-scatter (+ all-gather among
+                                   each tile's holders), when it beats:
   maximal -> anything else      -> select on the owner + all-reduce, then as replicated
   unreduced -> reduced          -> all-reduce over the groups of partial sums (or one
                                    reduce-scatter when the target tiles a dim across
@@ -147,9 +149,18 @@ class OwnerAllReduce(Step):
         return maximal_to_replicated(ctx, pv)
 
 
+class OwnerMove(Step):
+    """Maximal -> another single device: one collective-permute owner -> new owner."""
+    kind = "permute-to-owner"
+
+    def emit(self, ctx, pv):
+        return maximal_to_maximal(ctx, pv, self.dst)
+
+
 class OwnerReduceScatter(Step):
-    """Maximal -> one dim tiled over every device: one reduce-scatter of the owner-only
-    value (half the bytes of all-reduce + slice)."""
+    """Maximal -> tiled (possibly partially replicated) over every device: one
+    reduce-scatter of the owner-only value, then an all-gather among each tile's holders
+    (``maximal_to_tiled``)."""
     kind = "reduce-scatter-from-owner"
 
     def emit(self, ctx, pv):
@@ -348,9 +359,11 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
             steps.append(Via(src, twin, reshard_plan(dims, itemsize, src, twin, n).cost))
         return steps + [KeepOnLeader(twin, dst)]
     full = array_bytes(dims, itemsize)
-    if src.is_maximal and _scatter_dim(dst, dims, n) is not None:
-        return [OwnerReduceScatter(src, dst, bytes_per_device("reduce-scatter", full,
-                                                              full / n, n))]
+    if src.is_maximal and dst.is_maximal:
+        return [OwnerMove(src, dst, bytes_per_device("collective-permute", full, full, 2))]
+    scatter = maximal_to_tiled_cost(dims, itemsize, dst, n) if src.is_maximal else None
+    if scatter is not None and scatter < bytes_per_device("all-reduce", full, full, n):
+        return [OwnerReduceScatter(src, dst, scatter)]
     steps = []
     if src.is_maximal:
         rep = HloSharding.replicate()
@@ -360,10 +373,11 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
             return steps
     tiles = src.tile_dims_for_data() if src.is_tiled else [1] * rank
     if dst.is_maximal:
-        # A replicated value is valid on the owner device as well.
+        # A replicated value is valid on the owner device as well (through ``reshard``,
+        # so a remembered one, e.g. the whole value a tile was cut from, costs nothing).
         rep = HloSharding.replicate()
         if not src.is_replicated:
-            steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles)))
+            steps.append(Via(src, rep, reshard_plan(dims, itemsize, src, rep, n).cost))
         return steps + [Relabel(rep, dst)]
     from hlo_spmd.passes.partition import reshard_routes
 
@@ -538,15 +552,26 @@ def slice_replicated(ctx: "PartitionContext", pv: PValue, target: HloSharding) -
     return PValue(out, pv.base_shape, target)
 
 
-def _scatter_dim(s: HloSharding, dims, n: int) -> int | None:
-    """The dim ``s`` tiles evenly over all ``n`` devices (and no other), if any."""
-    if not s.is_tiled or s.subgroup_types or s.is_partial_replicated or n < 2:
+def _scatter_layout(s: HloSharding, dims, n: int):
+    """The reshard_routes layout of tiled ``s`` (replicated subgroups only) when the owner's
+    value can be scattered to it (a balanced layout over all ``n`` devices), else None."""
+    if not s.is_tiled or n < 2 or not dims or any(int(d) == 0 for d in dims):
         return None
-    tiles = s.tile_dims_for_data()
-    tiled = [k for k, t in enumerate(tiles) if t > 1]
-    if len(tiled) != 1 or tiles[tiled[0]] != n or int(dims[tiled[0]]) % n:
+    if any(t != ShardingType.REPLICATED for t in s.subgroup_types):
         return None
-    return tiled[0]
+    from hlo_spmd.passes.partition.reshard_routes import layout_of
+
+    lay = layout_of(s, n, len(dims))
+    if lay is None or not lay.balanced() or all(t == 1 for t in lay.tiles):
+        return None
+    return lay
+
+
+def _scatter_sizes(dims, tiles, replication: int) -> tuple[list[int], int, int]:
+    """(local tile dims, elements per tile, elements per device's reduce-scatter chunk)."""
+    local = [-(-int(d) // int(t)) for d, t in zip(dims, tiles)]
+    per_tile = math.prod(local)
+    return local, per_tile, -(-per_tile // replication)
 
 
 def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
@@ -563,14 +588,59 @@ def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
     return ctx.b.select(pred, x, zero)
 
 
-def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
-    """The owner's value, tiled on one dim over every device: one reduce-scatter of the
-    owner-only value (half the bytes of all-reduce + slice)."""
-    d = _scatter_dim(target, pv.base_shape.dims, ctx.num_devices)
-    x = _owner_only(ctx, pv)
-    op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
-    out = ctx.f.reduce_scatter(x, d, op, gather_groups(target, d))
+def maximal_to_maximal(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """The owner's value to another single device: one collective-permute owner -> new
+    owner (the other devices send nothing and keep what they had, which means nothing)."""
+    out = ctx.f.collective_permute(pv.hlo, [(pv.sharding.device, target.device)])
     return PValue(out, pv.base_shape, target)
+
+
+def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+    """The owner's value to a tiled (possibly partially replicated) sharding over every
+    device: the owner-only value (zeros elsewhere), cut into its tiles laid out one after
+    another (each split in as many chunks as it has holders), one reduce-scatter over all
+    devices ordered by (tile, holder), then an all-gather among each tile's holders:
+    (n-1)/n of the value plus the tile, where all-reduce + slice moves 2 (n-1)/n."""
+    lay = _scatter_layout(target, pv.base_shape.dims, ctx.num_devices)
+    assert lay is not None
+    b = ctx.b
+    dims = [int(d) for d in pv.base_shape.dims]
+    tiles = list(lay.tiles)
+    r = lay.replication
+    local, per_tile, chunk = _scatter_sizes(dims, tiles, r)
+    x = pad_to(ctx, _owner_only(ctx, pv), [l * t for l, t in zip(local, tiles)])
+    # [t0, l0, t1, l1, ...] -> [t0, t1, ..., l0, l1, ...] -> [tiles, per tile] (padded to
+    # the holders' chunks) -> [tiles * holders, chunk].
+    split = [v for pair in zip(tiles, local) for v in pair]
+    rank = len(dims)
+    x = b.reshape(x, split)
+    x = b.transpose(x, [2 * k for k in range(rank)] + [2 * k + 1 for k in range(rank)])
+    x = b.reshape(x, [math.prod(tiles), per_tile])
+    x = pad_to(ctx, x, [math.prod(tiles), chunk * r])
+    x = b.reshape(x, [math.prod(tiles) * r, chunk])
+    tile = lay.tile_ids()
+    order = np.lexsort((np.arange(ctx.num_devices), tile))  # devices by (tile, device)
+    op = "or" if x.shape.element_type == PrimitiveType.PRED else "add"
+    x = ctx.f.reduce_scatter(x, 0, op, order.reshape(1, -1))
+    if r > 1:
+        x = ctx.f.all_gather(x, 0, order.reshape(-1, r))
+    x = b.reshape(x, [chunk * r])
+    x = slice_to(ctx, x, [per_tile])
+    return PValue(b.reshape(x, local), pv.base_shape, target)
+
+
+def maximal_to_tiled_cost(dims, itemsize: float, target: HloSharding, n: int) -> float | None:
+    """What ``maximal_to_tiled`` moves, or None when it does not apply."""
+    lay = _scatter_layout(target, dims, n)
+    if lay is None:
+        return None
+    _, _, chunk = _scatter_sizes(dims, lay.tiles, lay.replication)
+    part = chunk * itemsize
+    total = bytes_per_device("reduce-scatter", part * n, part, n)
+    if lay.replication > 1:
+        r = lay.replication
+        total += bytes_per_device("all-gather", part, part * r, r)
+    return total
 
 
 def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:

@@ -39,6 +39,7 @@ import numpy as np
 
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
@@ -442,18 +443,61 @@ class AllGather(Step):
         keys[:, self.dim] //= self.factor
         return _groups(keys, lay.coords[:, self.dim] % self.factor, self.factor)
 
+    def data_tiles(self, lay, dims) -> int:
+        """How many of the joined tiles hold data when the whole dim is joined and the
+        trailing ones are all padding (a size-1 slice of a stage-sharded dim: only tile 0);
+        ``factor`` otherwise."""
+        t, d = lay.tiles[self.dim], int(dims[self.dim])
+        if t != self.factor:
+            return self.factor
+        return min(self.factor, -(-d // -(-d // t)))
+
+    def masked(self, lay, dims) -> bool:
+        """Whether the join is cheaper as one all-reduce of the ``data_tiles`` tiles placed
+        at their offsets (zeros elsewhere): 2 (f-1)/f * k tiles against the gather's
+        (f-1) tiles, i.e. when fewer than half of the tiles hold data."""
+        return 2 * self.data_tiles(lay, dims) < self.factor
+
     def cost(self, lay, dims, itemsize):
         local = list(_local(lay.tiles, dims))
         part = _nbytes(local, itemsize)
+        if self.masked(lay, dims):
+            k = part * self.data_tiles(lay, dims)
+            return bytes_per_device("all-reduce", k, k, self.factor)
         local[self.dim] *= self.factor
         return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
 
     def emit(self, ctx, x, lay, dims):
         from hlo_spmd.passes.partition.reshard import slice_to
 
-        x = ctx.f.all_gather(x, self.dim, self.groups(lay))
+        if self.masked(lay, dims):
+            x = self._masked_sum(ctx, x, lay, dims)
+        else:
+            x = ctx.f.all_gather(x, self.dim, self.groups(lay))
         new = self.apply(lay, dims)
         return slice_to(ctx, x, _local(new.tiles, dims))
+
+    def _masked_sum(self, ctx, x, lay, dims):
+        # Every device writes its tile at its offset into zeros spanning the k data tiles
+        # (a device whose tile is all padding writes nothing), then the group sums.
+        k = self.data_tiles(lay, dims)
+        b = ctx.b
+        et = x.shape.element_type
+        pos = lay.coords[:, self.dim] % self.factor
+        holds = ctx.logical_table((pos < k).astype(np.int64))
+        pred = b.compare(holds, b.constant(np.int64(1), PrimitiveType.S32), "EQ")
+        zero = b.scalar(0, x)
+        local = list(x.shape.dims)
+        if k > 1:
+            span = list(local)
+            span[self.dim] *= k
+            starts = [b.constant(np.int64(0), PrimitiveType.S32)] * len(local)
+            starts[self.dim] = ctx.logical_table(np.minimum(pos, k - 1) * local[self.dim])
+            x = b.dynamic_update_slice(b.broadcast(zero, span, []), x, starts)
+            local = span
+        x = b.select(b.broadcast(pred, local, []), x, b.broadcast(zero, local, []))
+        op = "or" if et == PrimitiveType.PRED else "add"
+        return ctx.f.all_reduce(x, op, self.groups(lay))
 
 
 class AllToAll(Step):

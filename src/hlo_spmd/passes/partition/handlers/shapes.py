@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
@@ -22,7 +22,8 @@ from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
     broadcast_operand_sharding, local_iota, with_kind_of as remake)
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.sharding import (HloSharding, partial_replicate, reshape_sharding, tile_shape,
+from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets, partial_replicate,
+                               partial_replicate_all_except, reshape_sharding, tile_shape,
                                transpose_sharding)
 from hlo_spmd.sharding.common import memoised
 
@@ -110,10 +111,137 @@ def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
                                                               fwd):
             y = b.reshape(pv.hlo, tile_shape(fwd, out_dims), name=inst.name)
             return ctx.reshard(PValue(y, inst.shape, fwd), target)
-    # 3. Whole operand, reshape, cut this device's tile (correct for any pair).
+    # 3. Uneven merges / splits: reshape the local tiles, then exchange halos.
+    out = _reshape_with_halos(ctx, inst, pv, target)
+    if out is not None:
+        return out
+    # 4. Whole operand, reshape, cut this device's tile (correct for any pair).
     x = ctx.reshard(pv, REPLICATED).hlo
     y = b.reshape(x, out_dims, name=inst.name)
     return ctx.reshard(PValue(y, inst.shape, REPLICATED), target)
+
+
+def _reshape_groups(in_dims, out_dims) -> list[tuple[list[int], list[int]]] | None:
+    """The dims of a reshape in minimal groups of equal element counts: (input dims,
+    output dims) in order (a trailing size-1 dim may form a group with nothing on the
+    other side); None for zero-sized shapes."""
+    if 0 in in_dims or 0 in out_dims:
+        return None
+    n_in, n_out = len(in_dims), len(out_dims)
+    groups = []
+    i = j = 0
+    while i < n_in or j < n_out:
+        gi, gj = [], []
+        pi = pj = 1
+        if i < n_in:
+            gi.append(i)
+            pi *= int(in_dims[i])
+            i += 1
+        if j < n_out:
+            gj.append(j)
+            pj *= int(out_dims[j])
+            j += 1
+        while pi != pj:
+            if pi < pj and i < n_in:
+                gi.append(i)
+                pi *= int(in_dims[i])
+                i += 1
+            elif pj < pi and j < n_out:
+                gj.append(j)
+                pj *= int(out_dims[j])
+                j += 1
+            else:
+                return None
+        groups.append((gi, gj))
+    return groups
+
+
+def _halo_reshape_plan(target: HloSharding, in_dims, out_dims):
+    """When every group of the reshape is tiled (if at all) on its major output dim only,
+    t ways: (the operand sharding tiling the group's major input dim the same t ways,
+    windows cut on input dims before the local reshape, windows cut on output dims after
+    it); else None. A window is (dim, local size there, window size, window stride).
+
+    An operand tile is a contiguous run of the group's elements, so when its elements
+    fill whole result rows (merging: [7,10] -> [14,5] split 2 ways, a tile of 4 input
+    rows is 8 result rows) it reshapes locally into a run of the result dim that a halo
+    exchange then cuts each result tile from; when a result tile is whole operand rows
+    (splitting: [14] -> [2,7] split 4 ways, a tile of 1 x 7 is 7 input rows) the halo
+    exchange cuts it on the operand first."""
+    groups = _reshape_groups(in_dims, out_dims)
+    if groups is None or not target.is_tiled:
+        return None
+    if any(t != ShardingType.REPLICATED for t in target.subgroup_types):
+        return None
+    tt = target.tile_dims_for_data()
+    in_tiles = [1] * len(in_dims)
+    pre, post = [], []
+    for gi, gj in groups:
+        tiled = [j for j in gj if tt[j] > 1]
+        if not tiled:
+            continue
+        bo = next((j for j in gj if int(out_dims[j]) > 1), None)
+        ai = next((i for i in gi if int(in_dims[i]) > 1), None)
+        if bo is None or ai is None or tiled != [bo]:
+            return None
+        t = tt[bo]
+        la = -(-int(in_dims[ai]) // t)
+        lb = -(-int(out_dims[bo]) // t)
+        m_in = math.prod(int(in_dims[i]) for i in gi if i > ai)
+        m_out = math.prod(int(out_dims[j]) for j in gj if j > bo)
+        in_tiles[ai] = t
+        if (la * m_in) % m_out == 0:
+            post.append((bo, la * m_in // m_out, lb, lb))
+        elif (lb * m_out) % m_in == 0:
+            w = lb * m_out // m_in
+            pre.append((ai, la, w, w))
+        else:
+            return None
+    if not (pre or post):
+        return None
+    ta = target.tile_assignment
+    trailing = list(ta.dims[len(out_dims):])
+    src = remake(target, ta.reshape(in_tiles + trailing))
+    return src, pre, post
+
+
+def _reshape_with_halos(ctx: PartitionContext, inst: Instruction, pv: PValue,
+                        target: HloSharding) -> PValue | None:
+    from hlo_spmd.passes.partition.halo import exchange_window, plan_window
+    from hlo_spmd.passes.partition.reshard import reshard_price
+
+    in_dims, out_dims = inst.operands[0].shape.dims, inst.shape.dims
+    plan = _halo_reshape_plan(target, in_dims, out_dims)
+    if plan is None:
+        return None
+    src, pre, post = plan
+    # Priced against the whole-operand fallback: the move to ``src`` plus the halo rows.
+    itemsize = element_bytes(pv.base_shape.element_type)
+    cost = reshard_price(ctx, pv, src)[0]
+    x_local = list(tile_shape(src, in_dims))
+    mid = list(tile_shape(target, out_dims))
+    for bo, ls, _, _ in post:
+        mid[bo] = ls
+    for windows, shape, sharding in ((pre, x_local, src), (post, list(mid), target)):
+        for d, ls, w, stride in windows:
+            t = sharding.tile_dims_for_data()[d]
+            size = int((in_dims if windows is pre else out_dims)[d])
+            plan_w = plan_window(t, t, ls, size, np.arange(t) * stride, w)
+            cost += plan_w.rows * math.prod(v for k, v in enumerate(shape) if k != d) * itemsize
+            shape[d] = w
+    if cost >= reshard_price(ctx, pv, REPLICATED)[0]:
+        return None
+    x = ctx.reshard(pv, src).hlo
+    for d, _, w, stride in pre:
+        t = src.tile_dims_for_data()[d]
+        x = exchange_window(ctx, x, src, src, d, int(in_dims[d]), np.arange(t) * stride, w,
+                            tile_index_table(ctx, src, d))
+    y = ctx.b.reshape(x, mid, name=inst.name)
+    for d, _, w, stride in post:
+        t = target.tile_dims_for_data()[d]
+        y = exchange_window(ctx, y, target, target, d, int(out_dims[d]), np.arange(t) * stride,
+                            w, tile_index_table(ctx, target, d))
+    return PValue(y, inst.shape, target)
 
 
 # -- iota -----------------------------------------------------------------------------------
