@@ -118,8 +118,11 @@ def test_price_is_what_the_emitted_program_moves(case):
     # to partial sums: the leader keeps the value, after resharding to the twin
     ("{devices=[8,1]<=[8]}", "{unreduced}", ["via", "keep-on-leader"]),
     ("{maximal device=3}", "{devices=[8,1]<=[8]}", ["reduce-scatter-from-owner"]),
+    # partially replicated: reduce-scatter to the tiles' holders, all-gather among them
     ("{maximal device=3}", "{devices=[1,4,2]<=[8] last_tile_dim_replicate}",
-     ["all-reduce-from-owner", "local-cut"]),
+     ["reduce-scatter-from-owner"]),
+    # to another single device: one collective-permute
+    ("{maximal device=3}", "{maximal device=5}", ["permute-to-owner"]),
     ("{devices=[1,4,2]<=[8] last_tile_dim_replicate}", "{devices=[2,4]<=[8]}", ["routes"]),
     ("{replicated}", "{devices=[2,4]<=[8]}", ["local-cut"]),
 ])
