@@ -31,12 +31,12 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape_inference import array_shape
 from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
@@ -79,12 +79,18 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
     if kernel:
         return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
     spatial = _halo_dims(dims, lhs, target)
-    if not spatial:
+    setup = _spatial_setup(dims, lhs, rhs, target, spatial) if spatial else None
+    if setup is None or _planner_price(ctx, inst, dims, lhs, rhs, target) < \
+            _spatial_price(ctx, inst, dims, lhs, rhs, target, setup):
+        # The windowed dims whole on every device (the operands untiled there; a result
+        # tiled on them is cut or resharded afterwards, priced by the planner): the
+        # grouped-convolution filter gradient whose result tiles a spatial dim is one
+        # local convolution and a small reshard of the result, not a gathered input.
         out = partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
                             _untile(ctx, inst, rhs, dims, RHS), _work(dims, target, OUT),
                             local_convolution)
         return ctx.reshard(out, target)
-    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, spatial)
+    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, setup)
 
 
 # -- which dims the planner may tile ---------------------------------------------------------
@@ -121,10 +127,15 @@ def _untile(ctx: PartitionContext, inst: Instruction, pv: PValue, dims: DotDims,
     """``pv`` resharded so the planner may use it: untiled on the dims it must not tile."""
     if not is_plain(pv.sharding):
         return pv
-    s = _clean(dims, which, pv.sharding)
-    if s != pv.sharding and any(d in dims.untiled(which) for d in _tiled_dims(pv.sharding)):
-        _note_gather(ctx, inst)
-    return ctx.reshard(pv, s)
+    return ctx.reshard(pv, _groups_whole(dims, which, pv.sharding))
+
+
+def _groups_whole(dims: DotDims, which: int, s: HloSharding) -> HloSharding:
+    """``s`` without tiles that split a feature / batch group. Tiles of the windowed and
+    extra dims stay: the planner leaves those dims whole in every block and prices the
+    reshard (an all-to-all moving the tiles to a batch dim, say, not a gather)."""
+    bad = _bad_group_dims(dims, which, s)
+    return partial_replicate(s, bad) if bad else s
 
 
 def _inner_sharding(dims: DotDims, s: HloSharding, which: int, x_dims, groups: np.ndarray,
@@ -138,12 +149,34 @@ def _inner_sharding(dims: DotDims, s: HloSharding, which: int, x_dims, groups: n
     return _clean(dims, which, inner)
 
 
-def _tiled_dims(s: HloSharding) -> list[int]:
-    return [d for d, t in enumerate(s.tile_dims_for_data()) if t > 1] if s.is_tiled else []
-
-
 def _work(dims: DotDims, target: HloSharding, which: int) -> HloSharding:
-    return _clean(dims, which, target) if is_plain(target) else HloSharding.replicate()
+    """The sharding the planner aims at: ``target`` without tiles that split a group (the
+    planner leaves the dims it must not tile whole and prices reshards to ``target``)."""
+    if not is_plain(target):
+        return HloSharding.replicate()
+    bad = _bad_group_dims(dims, which, target)
+    return partial_replicate(target, bad) if bad else target
+
+
+# -- prices of the two ways (bytes per device, the planner's cost model) ------------------------
+def _planner_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                   rhs: PValue, target: HloSharding) -> float:
+    """Bytes of the whole-window way: both operands untiled on the windowed dims, the
+    planner's plan, its final reshard to ``target``."""
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    ls, rs = _groups_whole(dims, LHS, lhs.sharding), _groups_whole(dims, RHS, rhs.sharding)
+    lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, ls, n, eb[0])
+             + _PLANNER.reshard_bytes(rshape, rhs.sharding, rs, n, eb[1]))
+    plan = _PLANNER.plan(Problem(dims, lshape, rshape, ls, rs, _work(dims, target, OUT), n,
+                                 eb))
+    out_shape = dims.out_dims(lshape, rshape)
+    fin = _PLANNER.reshard_bytes(out_shape, _work(dims, target, OUT), target, n, eb[2])
+    return moved + plan.cost.bytes + fin
 
 
 def _note_gather(ctx: PartitionContext, inst: Instruction) -> None:
@@ -261,13 +294,25 @@ def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
     return partial_replicate(outer, whole) if whole else outer
 
 
-def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                       rhs: PValue, target: HloSharding,
-                       spatial: list[tuple[int, int, int]]) -> PValue:
-    """Group devices by the tiles of the windowed dims ``spatial``, give every device the
-    input window of its output tile (halo exchange), and plan the rest inside the groups."""
-    c = dims.conv
-    assert c is not None
+class _SpatialSetup(NamedTuple):
+    """How the windowed dims ``spatial`` are partitioned with halos: the device groups
+    (one per tile of those dims), the operands' and result's shardings inside a group and
+    outside (``held``: the input as resharded before the exchange)."""
+    spatial: list
+    groups: np.ndarray
+    sizes: tuple[int, ...]
+    inner_l: HloSharding
+    inner_r: HloSharding
+    inner_o: HloSharding
+    lhs_outer: HloSharding
+    rhs_outer: HloSharding
+    held: HloSharding
+
+
+def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
+                   spatial: list[tuple[int, int, int]]) -> _SpatialSetup:
+    """Group devices by the tiles of the windowed dims ``spatial`` (of the result when it
+    tiles them, else of the input) and derive every sharding the halo way uses."""
     out_tiled = target.is_tiled and any(data_tiles(target, dims.out_rank)[o] > 1
                                         for _, o, _ in spatial)
     ref, ref_dims = (target, [o for _, o, _ in spatial]) if out_tiled else \
@@ -286,40 +331,101 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     inner_o = inner_of(target, OUT, o_dims)
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    return _SpatialSetup(spatial, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+                         rhs_outer, held)
+
+
+def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[int],
+                     spatial: list, sizes: tuple[int, ...]):
+    """Per windowed dim in order: (lhs dim, output dim, window index, tiles, input starts
+    per tile, input width, the per-tile window, extra rows, the exchange's plan), with
+    ``local`` (the input's local dims) updated to the exchanged widths."""
+    out = []
+    for (ld, od, i), t in zip(spatial, sizes):
+        size = int(lhs.base_shape.dims[ld])
+        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], local[ld]
+        starts, width, w, extra = _window_need(
+            dims.window[i], size, t,
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
+        out.append((ld, od, i, t, starts, width, w, extra,
+                    plan_window(xt, t, lsize, size, starts, width)))
+        local[ld] = width
+    return out
+
+
+def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                   rhs: PValue, target: HloSharding, st: _SpatialSetup) -> float:
+    """Bytes of the halo way: the operands' reshards, the halo exchanges, the plan inside
+    the groups and the result's reshard to ``target``."""
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, st.held, n, eb[0])
+             + _PLANNER.reshard_bytes(rshape, rhs.sharding, st.rhs_outer, n, eb[1]))
+    local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
+    window = list(dims.window)
+    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
+                                                             st.spatial, st.sizes):
+        rows = wplan.key()[0]
+        if local[ld]:
+            moved += rows * float(np.prod(local)) / local[ld] * eb[0]
+        local[ld] = wplan.width
+        window[i] = w
+    lwin = list(lshape)
+    for ld, _, _ in st.spatial:
+        lwin[ld] = local[ld]
+    inner = Problem(dims.with_window(window), tuple(lwin), rshape, st.inner_l, st.inner_r,
+                    st.inner_o, int(st.groups.shape[1]), eb)
+    moved += _PLANNER.plan(inner).cost.bytes
+    o_dims = [o for _, o, _ in st.spatial]
+    out = ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes, st.inner_o)
+    moved += _PLANNER.reshard_bytes(dims.out_dims(lshape, rshape), out, target, n, eb[2])
+    return moved
+
+
+def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                       rhs: PValue, target: HloSharding, st: _SpatialSetup) -> PValue:
+    """Give every device the input window of its output tile (halo exchange) inside the
+    groups of ``st``, and plan the rest inside the groups."""
+    c = dims.conv
+    assert c is not None
     if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
             if rhs.sharding.is_tiled else False:
         _note_gather(ctx, inst)
-    held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    l = ctx.reshard(lhs, held)
-    r = ctx.reshard(rhs, rhs_outer)
+    l = ctx.reshard(lhs, st.held)
+    r = ctx.reshard(rhs, st.rhs_outer)
 
     x = l.hlo
     window = list(dims.window)
     lshape = list(lhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
     extras = []
-    for (ld, od, i), t in zip(spatial, sizes):
+    for ld, od, i, t, starts, width, w, extra, wplan in _spatial_windows(
+            dims, lhs, st.held, list(x.shape.dims), st.spatial, st.sizes):
         size = int(lhs.base_shape.dims[ld])
-        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], x.shape.dims[ld]
-        starts, width, window[i], extra = _window_need(
-            window[i], size, t,
-            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
-        tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        window[i] = w
+        tidx = tile_index_table(ctx, st.lhs_outer, ld)
+        x = exchange_window(ctx, x, st.held, st.lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
         lshape[ld] = width
         if extra.any():
             extras.append((od, extra, tidx))
     inner_dims = dims.with_window(window)
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
-    ri = PValue(r.hlo, rhs.base_shape, inner_r)
-    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(st.groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), st.inner_l)
+    ri = PValue(r.hlo, rhs.base_shape, st.inner_r)
+    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, st.inner_o, local_convolution)
     y = res.hlo
     # Inside the groups the windowed output dims are whole: drop the extra leading rows.
     for od, extra, tidx in extras:
         y = _drop_extra_rows(ctx, y, od, extra, tidx)
-    out = PValue(y, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+    o_dims = [o for _, o, _ in st.spatial]
+    out = PValue(y, inst.shape, ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes,
+                                           st.inner_o))
     return ctx.reshard(out, target)
 
 
