@@ -31,6 +31,7 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -75,13 +76,18 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
         # Manual and partially manual convolutions: the dot path handles them as dots.
         return partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
                              _untile(ctx, inst, rhs, dims, RHS), target, local_convolution)
+    # The ways that apply, priced by the one cost model; the cheapest is emitted (ties:
+    # the kernel's halo way, then the input's halo way, then whole windows).
     kernel = _kernel_halo_dims(ctx, dims, lhs, rhs, target)
-    if kernel:
-        return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
     spatial = _halo_dims(dims, lhs, target)
     setup = _spatial_setup(dims, lhs, rhs, target, spatial) if spatial else None
-    if setup is None or _planner_price(ctx, inst, dims, lhs, rhs, target) < \
-            _spatial_price(ctx, inst, dims, lhs, rhs, target, setup):
+    whole = _planner_price(ctx, inst, dims, lhs, rhs, target)
+    halo = _spatial_price(ctx, inst, dims, lhs, rhs, target, setup) if setup else math.inf
+    if kernel:
+        ks = _kernel_setup(dims, lhs, rhs, target, kernel)
+        if _kernel_price(ctx, inst, dims, lhs, rhs, target, ks) <= min(whole, halo):
+            return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, ks)
+    if setup is None or whole < halo:
         # The windowed dims whole on every device (the operands untiled there; a result
         # tiled on them is cut or resharded afterwards, priced by the planner): the
         # grouped-convolution filter gradient whose result tiles a spatial dim is one
@@ -432,10 +438,11 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
 # -- windowed dims tiled on the kernel ----------------------------------------------------------
 def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PValue,
                       target: HloSharding) -> list[tuple[int, int, int, int]]:
-    """(lhs dim, kernel dim, output dim, window index) of windowed dims to partition along
-    the kernel (the filter gradient jax.grad emits: the "kernel" is the output gradient,
-    as large as the image, and sharded like it): the kernel tiles them, the result does
-    not, and gathering the kernel would move more than all-reducing the partial results."""
+    """(lhs dim, kernel dim, output dim, window index) of windowed dims that may be
+    partitioned along the kernel (the filter gradient jax.grad emits: the "kernel" is the
+    output gradient, as large as the image, and sharded like it): the kernel (or else the
+    input) tiles them and the result does not. Whether it is the cheapest way is priced
+    (``_kernel_price``)."""
     c = dims.conv
     if c is None or not (rhs.sharding.is_tiled or lhs.sharding.is_tiled):
         return []
@@ -452,49 +459,25 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
         if (tiled and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
                 and w.base_dilation == 1 and not w.window_reversal):
             out.append((l, r, o, i))
-    if not out:
-        return []
-    from hlo_spmd.passes.partition.handlers.dot import _ebytes
-    from hlo_spmd.passes.partition.handlers.dot_plan import Planner
-
-    # The alternative: gather the kernel's windowed dims, exchange the input's windows for
-    # output tiles (the output tiled like the input), gather the output back.
-    eb = _ebytes(rhs.hlo)
-    gather = Planner().reshard_bytes(tuple(rhs.base_shape.dims), rhs.sharding,
-                                     _clean(dims, RHS, rhs.sharding), ctx.num_devices, eb)
-    k = 1
-    for l, r, _, _ in out:
-        k *= rt[r] if by_kernel else lt[l]
-    out_local = float(np.prod(ctx.local_shape(inst_shape(dims, lhs, rhs), target).dims))
-    reduce = 2.0 * out_local * eb * (k - 1) / k
-    lhs_local = float(np.prod(ctx.local_shape(lhs.base_shape, lhs.sharding).dims)) * eb
-    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
-    halo = 0.0
-    for l, _, o, i in out:
-        t = lt[l]
-        if t > 1:
-            lsize = -(-int(lhs.base_shape.dims[l]) // t)
-            per = -(-out_dims[o] // t)
-            width = (per - 1) * dims.window[i].stride + dims.window[i].span
-            halo += min(max(0, width - lsize), (t - 1) * lsize) * lhs_local / lsize
-    alternative = gather + halo + out_local * eb * (k - 1) / k
-    return out if reduce < alternative else []
+    return out
 
 
-def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
-    """The convolution's global output shape for these operands."""
-    return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
+class _KernelSetup(NamedTuple):
+    """The kernel's halo way: device groups by the kernel's (or the input's) tiles of the
+    windowed dims ``kernel``, shardings inside a group and outside."""
+    kernel: list
+    groups: np.ndarray
+    sizes: tuple[int, ...]
+    inner_l: HloSharding
+    inner_r: HloSharding
+    inner_o: HloSharding
+    lhs_outer: HloSharding
+    rhs_outer: HloSharding
+    held: HloSharding
 
 
-@with_cause("contraction")  # the all-reduce sums the per-window partial products
-def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
-                              lhs: PValue, rhs: PValue, target: HloSharding,
-                              kernel: list[tuple[int, int, int, int]]) -> PValue:
-    """Group devices by the kernel's tiles of the windowed dims ``kernel``: each device
-    convolves its kernel rows with the input rows they meet (a halo exchange on the
-    input), and the partial results are summed across the groups (all-reduce)."""
-    from hlo_spmd.passes.partition.handlers.dot import mask_padding
-
+def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
+                  kernel: list[tuple[int, int, int, int]]) -> _KernelSetup:
     r_dims = [r for _, r, _, _ in kernel]
     l_dims = [l for l, _, _, _ in kernel]
     # Group by the kernel's tiles, or by the input's when the kernel holds them whole.
@@ -514,31 +497,93 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
     held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    l = ctx.reshard(lhs, held)
-    r = mask_padding(ctx, ctx.reshard(rhs, rhs_outer), r_dims)
+    return _KernelSetup(kernel, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+                        rhs_outer, held)
+
+
+def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _KernelSetup):
+    """Per kernel-tiled dim: (lhs dim, kernel dim, window index, tiles, input starts per
+    tile, input width, the kernel rows per tile, the per-tile window)."""
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    out = []
+    for (ld, rd, od, i), t in zip(ks.kernel, ks.sizes):
+        w = dims.window[i]
+        rk = -(-int(rhs.base_shape.dims[rd]) // t)
+        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
+        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
+        out.append((ld, rd, i, t, starts, width, rk,
+                    WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)))
+    return out
+
+
+def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                  rhs: PValue, target: HloSharding, ks: _KernelSetup) -> float:
+    """Bytes of the kernel's halo way: the operands' reshards, the input's halo
+    exchanges, the plan inside the groups, the all-reduce across them and the result's
+    reshard to ``target``."""
+    from hlo_spmd.collectives.cost import bytes_per_device
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.handlers.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(tuple(lshape), lhs.sharding, ks.held, n, eb[0])
+             + _PLANNER.reshard_bytes(tuple(rshape), rhs.sharding, ks.rhs_outer, n, eb[1]))
+    local = list(ctx.local_shape(lhs.base_shape, ks.held).dims)
+    window = list(dims.window)
+    xt = tiles_of(ks.held, dims.lhs_rank)
+    for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
+        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width)
+        if local[ld]:
+            moved += wplan.key()[0] * float(np.prod(local)) / local[ld] * eb[0]
+        local[ld] = width
+        lshape[ld], rshape[rd] = width, rk
+        window[i] = w
+    inner = Problem(dims.with_window(window), tuple(lshape), tuple(rshape), ks.inner_l,
+                    ks.inner_r, ks.inner_o, int(ks.groups.shape[1]), eb)
+    moved += _PLANNER.plan(inner).cost.bytes
+    out_local = float(np.prod(ctx.local_shape(
+        lhs.base_shape.with_dims(inner.out_shape), ks.inner_o).dims)) * eb[2] \
+        if ks.inner_o.is_tiled else float(np.prod(inner.out_shape)) * eb[2]
+    moved += bytes_per_device("all-reduce", out_local, out_local, int(ks.groups.shape[0]))
+    out = ungroup_to(ks.groups, dims.out_rank, None, ks.sizes, ks.inner_o)
+    moved += _PLANNER.reshard_bytes(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims),
+                                    out, target, n, eb[2])
+    return moved
+
+
+@with_cause("contraction")  # the all-reduce sums the per-window partial products
+def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                              lhs: PValue, rhs: PValue, target: HloSharding,
+                              ks: _KernelSetup) -> PValue:
+    """Each device convolves its kernel rows with the input rows they meet (a halo
+    exchange on the input), and the partial results are summed across the groups of
+    ``ks`` (all-reduce)."""
+    from hlo_spmd.passes.partition.handlers.dot import mask_padding
+
+    r_dims = [r for _, r, _, _ in ks.kernel]
+    l = ctx.reshard(lhs, ks.held)
+    r = mask_padding(ctx, ctx.reshard(rhs, ks.rhs_outer), r_dims)
     x = l.hlo
     window = list(dims.window)
     lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
-    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
-    for (ld, rd, od, i), t in zip(kernel, sizes):
-        w = window[i]
+    for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
         size = int(lhs.base_shape.dims[ld])
-        rk = -(-int(rhs.base_shape.dims[rd]) // t)
-        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
-        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
-        tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        tidx = tile_index_table(ctx, ks.lhs_outer, ld)
+        x = exchange_window(ctx, x, ks.held, ks.lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
-        window[i] = WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)
+        window[i] = w
         lshape[ld], rshape[rd] = width, rk
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
-    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), inner_r)
-    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, inner_o,
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(ks.groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), ks.inner_l)
+    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), ks.inner_r)
+    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, ks.inner_o,
                         local_convolution)
-    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(groups.T))
-    out = PValue(summed, inst.shape, ungroup_to(groups, dims.out_rank, None, sizes, inner_o))
+    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(ks.groups.T))
+    out = PValue(summed, inst.shape, ungroup_to(ks.groups, dims.out_rank, None, ks.sizes,
+                                                ks.inner_o))
     return ctx.reshard(out, target)
 
 
