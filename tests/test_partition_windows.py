@@ -365,3 +365,30 @@ def test_select_and_scatter_halo(shape, src, window, n, direction):
     s = f"{{devices=[1,{n},1]<=[{n}]}}"
     counts = run(select_and_scatter(shape, src, window, s, direction), n)
     assert "all-gather" not in counts
+
+
+def _rw_out(h, k, s, lo, hi, d):
+    return ((h - 1) * d + 1 + lo + hi - k) // s + 1
+
+
+@pytest.mark.parametrize("h,k,s,lo,hi,d,n", [
+    (5, 5, 1, 4, 4, 3, 4),      # InceptionV3's dilated average pool (uneven: 5 rows over 4)
+    (8, 3, 1, 2, 2, 2, 4),      # stride 1, tiles out of phase
+    (12, 3, 2, -1, 1, 3, 8),    # strided, negative low padding
+    (9, 4, 3, 2, 1, 4, 2),
+    (16, 2, 2, 0, 0, 2, 8),     # phases aligned: halo only
+])
+@pytest.mark.parametrize("reducer,init", [("add", "0"), ("max", "-inf")])
+def test_base_dilated_reduce_window_on_tiled_dim_uses_halos(h, k, s, lo, hi, d, n, reducer,
+                                                            init):
+    """Base dilation on a tiled dim (issue 21 item 7; was: the dim gathered whole, 3x
+    XLA's bytes on InceptionV3): one static window per tile, the rows a tile computes
+    ahead of its own dropped, halos only; no more bytes than XLA."""
+    out = _rw_out(h, k, s, lo, hi, d)
+    sh = f"{{devices=[1,{n},1]<=[{n}]}}"
+    text = reduce_window(f"2,{h},3", f"2,{out},3",
+                         f"size=1x{k}x1 stride=1x{s}x1 pad=0_0x{lo}_{hi}x0_0 "
+                         f"lhs_dilate=1x{d}x1", sh, reducer, init)
+    counts, sent, xla = run_bytes(text, n)
+    assert "all-gather" not in counts, counts
+    assert sent <= xla + 1e-6, (sent, xla)

@@ -37,13 +37,14 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
+from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape_inference import array_shape
 from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.halo import (device_scalar, exchange_window, mask_outside,
-                                            plan_window, tile_index_table, tiles_of)
+from hlo_spmd.passes.partition.halo import (dilated_window_need, drop_extra_rows,
+                                            exchange_window, mask_outside, plan_window,
+                                            tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.handlers.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.handlers.dot_dims import (data_tiles, group0_view, is_plain,
@@ -53,7 +54,6 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 
 LHS, RHS, OUT = 0, 1, 2
-S32 = PrimitiveType.S32
 
 
 @handles("convolution")
@@ -223,71 +223,6 @@ def _output_not_larger(w: WindowDim, size: int) -> bool:
     return w.base_dilation == 1 or w.output_size(size) <= size
 
 
-def _window_need(w: WindowDim, size: int, t: int, cost=None):
-    """(input start per output tile, input width, the per-tile window, extra output rows
-    per tile): the input elements output tile k of ``t`` reads, and the one window (the
-    same on every tile) that computes the tile from them, preceded by ``extra[k]`` output
-    rows the tile drops.
-
-    Output row ``o`` reads dilated positions from ``o * stride - padding_low`` (input
-    element ``i`` sits at ``i * d``, ``d`` the base dilation), so tile k starts at
-    ``q[k] = k * per * stride - padding_low``. A tile running the window with static low
-    padding ``P`` from element ``f[k]`` produces, at local row ``e``, the global row
-    starting at ``f[k] * d - P + e * stride``; it needs ``f[k] * d + e[k] * stride =
-    q[k] + P`` and no input element hidden by the local padding (``P - e[k] * stride <
-    d``). Without base dilation ``P = 0, e = 0``. With it, when ``per * stride`` is a
-    multiple of ``d`` one ``P`` gives ``e = 0`` on every tile (XLA's first case); else the
-    tiles' phases differ and some compute a few extra rows: stride 1 takes the largest
-    low padding any tile needs (XLA's second case), a non-unit stride a ``P`` that puts
-    every tile's first row on the stride grid (XLA's third, extra window padding). The
-    ``P`` whose windows are cheapest to exchange (``cost(starts, width)``, when given:
-    tiles out of phase may need a halo on one side only), then with the fewest extra
-    rows, then the narrowest input window, wins."""
-    per = -(-w.output_size(size) // t)
-    d, s = w.base_dilation, w.stride
-    q = np.arange(t, dtype=np.int64) * per * s - w.padding_low
-    if per == 0:
-        first = -(-q // d)
-        return first, 0, WindowDim(w.size, s, 0, 0, w.window_dilation, d,
-                                   w.window_reversal), np.zeros(t, np.int64)
-    best = None
-    # (P + stride, e + 1) is the same tiling with one more row on every tile, and any
-    # P >= d forces e >= 1: the best P is below max(d, stride).
-    for p in range(max(d, s)):
-        e_min = max(0, (p - d) // s + 1)
-        cand = np.arange(e_min, e_min + d, dtype=np.int64)            # one period of e
-        ok = (q[:, None] + p - cand[None, :] * s) % d == 0
-        if not ok.any(axis=1).all():
-            continue                                   # some tile has no such e
-        extra = cand[np.argmax(ok, axis=1)]
-        last = (int(extra.max()) + per - 1) * s - p + w.span - 1     # last position read
-        if last < 0:
-            continue
-        count = last // d + 1
-        moved = cost((q + p - extra * s) // d, count) if cost is not None else ()
-        key = (moved, int(extra.max()), count, p)
-        if best is None or key < best[0]:
-            best = (key, p, extra, last)
-    assert best is not None, (w, size, t)
-    _, p, extra, last = best
-    first = (q + p - extra * s) // d
-    count = last // d + 1
-    high = last - (count - 1) * d
-    return first, count, WindowDim(w.size, s, p, high, w.window_dilation, d,
-                                   w.window_reversal), extra
-
-
-def _drop_extra_rows(ctx: PartitionContext, x: Instruction, dim: int, extra: np.ndarray,
-                     tidx: np.ndarray) -> Instruction:
-    """The tile's output rows: skip the ``extra[k]`` leading rows tile k computed."""
-    zero = ctx.b.constant(np.int64(0), S32)
-    idx = [zero] * x.shape.rank
-    idx[dim] = device_scalar(ctx, extra, tidx)
-    sizes = list(x.shape.dims)
-    sizes[dim] -= int(extra.max())
-    return ctx.b.dynamic_slice(x, idx, sizes)
-
-
 def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
                 l_dims: Sequence[int]) -> HloSharding:
     """``outer`` with the windowed dims the input holds whole left whole: each device cuts
@@ -351,7 +286,7 @@ def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[
     for (ld, od, i), t in zip(spatial, sizes):
         size = int(lhs.base_shape.dims[ld])
         xt, lsize = tiles_of(held, dims.lhs_rank)[ld], local[ld]
-        starts, width, w, extra = _window_need(
+        starts, width, w, extra = dilated_window_need(
             dims.window[i], size, t,
             lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
         out.append((ld, od, i, t, starts, width, w, extra,
@@ -428,7 +363,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     y = res.hlo
     # Inside the groups the windowed output dims are whole: drop the extra leading rows.
     for od, extra, tidx in extras:
-        y = _drop_extra_rows(ctx, y, od, extra, tidx)
+        y = drop_extra_rows(ctx, y, od, extra, tidx)
     o_dims = [o for _, o, _ in st.spatial]
     out = PValue(y, inst.shape, ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes,
                                            st.inner_o))
