@@ -152,29 +152,46 @@ def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
 def _operand_cost(ctx: PartitionContext, operand: Instruction, s: HloSharding,
                   window: Sequence[WindowDim], moving: Sequence[int], need) -> float | None:
     """Bytes per device: the operand resharded to read windows in ``s``, plus the halos."""
+    best = _operand_layout(ctx, operand, s, window, moving, need)
+    return None if best is None else best[0]
+
+
+def _operand_layout(ctx: PartitionContext, operand: Instruction, s: HloSharding,
+                    window: Sequence[WindowDim], moving: Sequence[int],
+                    need) -> tuple[float, HloSharding] | None:
+    """(bytes, the operand's sharding before the exchange) of the cheaper way to read the
+    windows of ``s``: the operand kept whole on the window dims it holds whole (windows
+    cut locally), or resharded to ``s`` itself (an all-to-all moving its tiles to the
+    window dims, then halos)."""
     pv = ctx.value(operand)
     rank = operand.shape.rank
-    xs = keep_only_tiled(s, pv.sharding, rank, moving)
-    c = to_sharding_bytes(ctx, pv.sharding, xs, operand.shape)
-    if c is None:
-        return None
-    local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
-    st, xt = tiles_of(s, rank), tiles_of(xs, rank)
-    for d in _halo_dims(s, window, rank):
-        starts, width, *care = need(d, window[d], int(operand.shape.dims[d]), st[d], xt[d])
-        plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts, width,
-                           care[0] if care else None)
-        c += plan.rows * _rows_bytes(local, d, itemsize(operand.shape))
-        local[d] = width
-    return c
+    best = None
+    for xs in dict.fromkeys((keep_only_tiled(s, pv.sharding, rank, moving), s)):
+        c = to_sharding_bytes(ctx, pv.sharding, xs, operand.shape)
+        if c is None:
+            continue
+        local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
+        st, xt = tiles_of(s, rank), tiles_of(xs, rank)
+        for d in _halo_dims(s, window, rank):
+            starts, width, *care = need(d, window[d], int(operand.shape.dims[d]), st[d],
+                                        xt[d])
+            plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts,
+                               width, care[0] if care else None)
+            c += plan.rows * _rows_bytes(local, d, itemsize(operand.shape))
+            local[d] = width
+        if best is None or c < best[0]:
+            best = (c, xs)
+    return best
 
 
 def _windows_of(ctx: PartitionContext, pv: PValue, s: HloSharding, window: Sequence[WindowDim],
-                moving: Sequence[int], need, fill: Instruction) -> Instruction:
+                moving: Sequence[int], need, fill: Instruction,
+                operand: Instruction) -> Instruction:
     """The local operand with every halo dim of ``s`` replaced by this tile's window
     (positions outside the operand set to ``fill``)."""
     rank = pv.base_shape.rank
-    xs = keep_only_tiled(s, pv.sharding, rank, moving)
+    best = _operand_layout(ctx, operand, s, window, moving, need)
+    xs = best[1] if best is not None else keep_only_tiled(s, pv.sharding, rank, moving)
     x = to_sharding(ctx, pv, xs).hlo
     st, xt = tiles_of(s, rank), tiles_of(xs, rank)
     for d in _halo_dims(s, window, rank):
@@ -193,11 +210,13 @@ def _emit_reduce_window(ctx: PartitionContext, inst: Instruction, s: HloSharding
     rank = inst.operands[0].shape.rank
     inits = [ctx.operand(inst, arrays + i, HloSharding.replicate()) for i in range(arrays)]
     xs = [_windows_of(ctx, ctx.value(inst.operands[i]), s, window, moving,
-                      _rw_need, inits[i]) for i in range(arrays)]
+                      _rw_need, inits[i], inst.operands[i]) for i in range(arrays)]
     local_window = list(window)
     extras = []
     st = tiles_of(s, rank)
-    xt = tiles_of(keep_only_tiled(s, ctx.value(inst.operands[0]).sharding, rank, moving), rank)
+    best = _operand_layout(ctx, inst.operands[0], s, window, moving, _rw_need)
+    xt = tiles_of(best[1] if best is not None else
+                  keep_only_tiled(s, ctx.value(inst.operands[0]).sharding, rank, moving), rank)
     for d in _halo_dims(s, window, rank):
         w = window[d]
         if w.base_dilation > 1:
@@ -297,8 +316,8 @@ def _emit_select_and_scatter(ctx: PartitionContext, inst: Instruction, s: HloSha
     op_dims = [int(x) for x in operand.shape.dims]
     src_dims = [int(x) for x in source.shape.dims]
     op_need, src_need = _scatter_needs(operand, source)
-    x = _windows_of(ctx, ctx.value(operand), s, window, moving, op_need, fill)
-    y = _windows_of(ctx, ctx.value(source), s, window, moving, src_need, init)
+    x = _windows_of(ctx, ctx.value(operand), s, window, moving, op_need, fill, operand)
+    y = _windows_of(ctx, ctx.value(source), s, window, moving, src_need, init, source)
     local_window = list(window)
     for d in halo:
         w = window[d]
