@@ -392,7 +392,7 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
         w = dims.window[i]
         tiled = rt[r] > 1 if by_kernel else lt[l] > 1
         if (tiled and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
-                and w.base_dilation == 1 and not w.window_reversal):
+                and w.base_dilation == 1):
             out.append((l, r, o, i))
     return out
 
@@ -444,10 +444,16 @@ def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _KernelSetup):
     for (ld, rd, od, i), t in zip(ks.kernel, ks.sizes):
         w = dims.window[i]
         rk = -(-int(rhs.base_shape.dims[rd]) // t)
-        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
+        k = np.arange(t, dtype=np.int64)
+        # Kernel tile k holds rows [k*rk, (k+1)*rk), window taps k*rk.. (reversed: the
+        # window reads the kernel backwards, tile k's taps start at size - (k+1)*rk;
+        # taps of the padded rows past the end fall before 0 and are masked to zero).
+        first = (int(rhs.base_shape.dims[rd]) - (k + 1) * rk) if w.window_reversal \
+            else k * rk
+        starts = first * w.window_dilation - w.padding_low
         width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
         out.append((ld, rd, i, t, starts, width, rk,
-                    WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)))
+                    WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, w.window_reversal)))
     return out
 
 
