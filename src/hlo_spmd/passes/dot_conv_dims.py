@@ -247,6 +247,15 @@ class DotDims(FrozenRecord):
             mine |= {d for d in range(self.lhs_rank) if self._lhs_spatial_out(d) >= 0}
         return tuple(sorted(mine))
 
+    @cached_property
+    def untiled_iter(self) -> tuple[int, ...]:
+        """Iteration dims no block of the computation may tile: the output dims the planner
+        must not tile (``untiled(2)``; iteration dim ``o`` is output dim ``o``) and the
+        extra dims. Operands and result may still be tiled on them: the planner then
+        prices their reshards to the blocks it picks."""
+        base = self.output_rank + len(self.kind_dims(CONTRACTING))
+        return self.untiled(2) + tuple(range(base, base + len(self._extra)))
+
     def out_dims(self, lhs: Sequence[int], rhs: Sequence[int]) -> tuple[int, ...]:
         """The output shape for operands of these shapes."""
         c = self.conv

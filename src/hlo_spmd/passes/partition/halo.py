@@ -30,6 +30,7 @@ import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.dot_conv_dims import WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.reshard import gather_groups
@@ -281,6 +282,72 @@ def _plan_piece(src: np.ndarray, needed: np.ndarray, nlo: np.ndarray, nhi: np.nd
     if (gather_rows, 1) < (rows, len(rounds)):
         return _Piece(src, needed, nlo, nhi, plo, phi, "gather", [], gather_rows)
     return _Piece(src, needed, nlo, nhi, plo, phi, "permute", rounds, rows)
+
+
+# -- windows over a base-dilated dim ------------------------------------------------------------
+def dilated_window_need(w: WindowDim, size: int, t: int, cost=None):
+    """(input start per output tile, input width, the per-tile window, extra output rows
+    per tile): the input elements output tile k of ``t`` reads, and the one window (the
+    same on every tile) that computes the tile from them, preceded by ``extra[k]`` output
+    rows the tile drops.
+
+    Output row ``o`` reads dilated positions from ``o * stride - padding_low`` (input
+    element ``i`` sits at ``i * d``, ``d`` the base dilation), so tile k starts at
+    ``q[k] = k * per * stride - padding_low``. A tile running the window with static low
+    padding ``P`` from element ``f[k]`` produces, at local row ``e``, the global row
+    starting at ``f[k] * d - P + e * stride``; it needs ``f[k] * d + e[k] * stride =
+    q[k] + P`` and no input element hidden by the local padding (``P - e[k] * stride <
+    d``). Without base dilation ``P = 0, e = 0``. With it, when ``per * stride`` is a
+    multiple of ``d`` one ``P`` gives ``e = 0`` on every tile (XLA's first case); else the
+    tiles' phases differ and some compute a few extra rows: stride 1 takes the largest
+    low padding any tile needs (XLA's second case), a non-unit stride a ``P`` that puts
+    every tile's first row on the stride grid (XLA's third, extra window padding). The
+    ``P`` whose windows are cheapest to exchange (``cost(starts, width)``, when given:
+    tiles out of phase may need a halo on one side only), then with the fewest extra
+    rows, then the narrowest input window, wins."""
+    per = -(-w.output_size(size) // t)
+    d, s = w.base_dilation, w.stride
+    q = np.arange(t, dtype=np.int64) * per * s - w.padding_low
+    if per == 0:
+        first = -(-q // d)
+        return first, 0, WindowDim(w.size, s, 0, 0, w.window_dilation, d,
+                                   w.window_reversal), np.zeros(t, np.int64)
+    best = None
+    # (P + stride, e + 1) is the same tiling with one more row on every tile, and any
+    # P >= d forces e >= 1: the best P is below max(d, stride).
+    for p in range(max(d, s)):
+        e_min = max(0, (p - d) // s + 1)
+        cand = np.arange(e_min, e_min + d, dtype=np.int64)            # one period of e
+        ok = (q[:, None] + p - cand[None, :] * s) % d == 0
+        if not ok.any(axis=1).all():
+            continue                                   # some tile has no such e
+        extra = cand[np.argmax(ok, axis=1)]
+        last = (int(extra.max()) + per - 1) * s - p + w.span - 1     # last position read
+        if last < 0:
+            continue
+        count = last // d + 1
+        moved = cost((q + p - extra * s) // d, count) if cost is not None else ()
+        key = (moved, int(extra.max()), count, p)
+        if best is None or key < best[0]:
+            best = (key, p, extra, last)
+    assert best is not None, (w, size, t)
+    _, p, extra, last = best
+    first = (q + p - extra * s) // d
+    count = last // d + 1
+    high = last - (count - 1) * d
+    return first, count, WindowDim(w.size, s, p, high, w.window_dilation, d,
+                                   w.window_reversal), extra
+
+
+def drop_extra_rows(ctx: PartitionContext, x: Instruction, dim: int, extra: np.ndarray,
+                     tidx: np.ndarray) -> Instruction:
+    """The tile's output rows: skip the ``extra[k]`` leading rows tile k computed."""
+    zero = ctx.b.constant(np.int64(0), S32)
+    idx = [zero] * x.shape.rank
+    idx[dim] = device_scalar(ctx, extra, tidx)
+    sizes = list(x.shape.dims)
+    sizes[dim] -= int(extra.max())
+    return ctx.b.dynamic_slice(x, idx, sizes)
 
 
 def exchange_window(ctx: PartitionContext, x: Instruction, xs: HloSharding, cs: HloSharding,

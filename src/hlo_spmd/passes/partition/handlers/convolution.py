@@ -31,18 +31,20 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
 """
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape_inference import array_shape
 from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.halo import (device_scalar, exchange_window, mask_outside,
-                                            plan_window, tile_index_table, tiles_of)
+from hlo_spmd.passes.partition.halo import (dilated_window_need, drop_extra_rows,
+                                            exchange_window, mask_outside, plan_window,
+                                            tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.support.dot_dims import (data_tiles, group0_view, is_plain,
@@ -52,7 +54,6 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 
 LHS, RHS, OUT = 0, 1, 2
-S32 = PrimitiveType.S32
 
 
 @handles("convolution")
@@ -75,16 +76,27 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
         # Manual and partially manual convolutions: the dot path handles them as dots.
         return partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
                              _untile(ctx, inst, rhs, dims, RHS), target, local_convolution)
+    # The ways that apply, priced by the one cost model; the cheapest is emitted (ties:
+    # the kernel's halo way, then the input's halo way, then whole windows).
     kernel = _kernel_halo_dims(ctx, dims, lhs, rhs, target)
-    if kernel:
-        return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, kernel)
     spatial = _halo_dims(dims, lhs, target)
-    if not spatial:
+    setup = _spatial_setup(dims, lhs, rhs, target, spatial) if spatial else None
+    whole = _planner_price(ctx, inst, dims, lhs, rhs, target)
+    halo = _spatial_price(ctx, inst, dims, lhs, rhs, target, setup) if setup else math.inf
+    if kernel:
+        ks = _kernel_setup(dims, lhs, rhs, target, kernel)
+        if _kernel_price(ctx, inst, dims, lhs, rhs, target, ks) <= min(whole, halo):
+            return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, ks)
+    if setup is None or whole < halo:
+        # The windowed dims whole on every device (the operands untiled there; a result
+        # tiled on them is cut or resharded afterwards, priced by the planner): the
+        # grouped-convolution filter gradient whose result tiles a spatial dim is one
+        # local convolution and a small reshard of the result, not a gathered input.
         out = partition_dot(ctx, inst, dims, _untile(ctx, inst, lhs, dims, LHS),
                             _untile(ctx, inst, rhs, dims, RHS), _work(dims, target, OUT),
                             local_convolution)
         return ctx.reshard(out, target)
-    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, spatial)
+    return _partition_spatial(ctx, inst, dims, lhs, rhs, target, setup)
 
 
 # -- which dims the planner may tile ---------------------------------------------------------
@@ -121,10 +133,15 @@ def _untile(ctx: PartitionContext, inst: Instruction, pv: PValue, dims: DotDims,
     """``pv`` resharded so the planner may use it: untiled on the dims it must not tile."""
     if not is_plain(pv.sharding):
         return pv
-    s = _clean(dims, which, pv.sharding)
-    if s != pv.sharding and any(d in dims.untiled(which) for d in _tiled_dims(pv.sharding)):
-        _note_gather(ctx, inst)
-    return ctx.reshard(pv, s)
+    return ctx.reshard(pv, _groups_whole(dims, which, pv.sharding))
+
+
+def _groups_whole(dims: DotDims, which: int, s: HloSharding) -> HloSharding:
+    """``s`` without tiles that split a feature / batch group. Tiles of the windowed and
+    extra dims stay: the planner leaves those dims whole in every block and prices the
+    reshard (an all-to-all moving the tiles to a batch dim, say, not a gather)."""
+    bad = _bad_group_dims(dims, which, s)
+    return partial_replicate(s, bad) if bad else s
 
 
 def _inner_sharding(dims: DotDims, s: HloSharding, which: int, x_dims, groups: np.ndarray,
@@ -138,12 +155,34 @@ def _inner_sharding(dims: DotDims, s: HloSharding, which: int, x_dims, groups: n
     return _clean(dims, which, inner)
 
 
-def _tiled_dims(s: HloSharding) -> list[int]:
-    return [d for d, t in enumerate(s.tile_dims_for_data()) if t > 1] if s.is_tiled else []
-
-
 def _work(dims: DotDims, target: HloSharding, which: int) -> HloSharding:
-    return _clean(dims, which, target) if is_plain(target) else HloSharding.replicate()
+    """The sharding the planner aims at: ``target`` without tiles that split a group (the
+    planner leaves the dims it must not tile whole and prices reshards to ``target``)."""
+    if not is_plain(target):
+        return HloSharding.replicate()
+    bad = _bad_group_dims(dims, which, target)
+    return partial_replicate(target, bad) if bad else target
+
+
+# -- prices of the two ways (bytes per device, the planner's cost model) ------------------------
+def _planner_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                   rhs: PValue, target: HloSharding) -> float:
+    """Bytes of the whole-window way: both operands untiled on the windowed dims, the
+    planner's plan, its final reshard to ``target``."""
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.support.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    ls, rs = _groups_whole(dims, LHS, lhs.sharding), _groups_whole(dims, RHS, rhs.sharding)
+    lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, ls, n, eb[0])
+             + _PLANNER.reshard_bytes(rshape, rhs.sharding, rs, n, eb[1]))
+    plan = _PLANNER.plan(Problem(dims, lshape, rshape, ls, rs, _work(dims, target, OUT), n,
+                                 eb))
+    out_shape = dims.out_dims(lshape, rshape)
+    fin = _PLANNER.reshard_bytes(out_shape, _work(dims, target, OUT), target, n, eb[2])
+    return moved + plan.cost.bytes + fin
 
 
 def _note_gather(ctx: PartitionContext, inst: Instruction) -> None:
@@ -184,71 +223,6 @@ def _output_not_larger(w: WindowDim, size: int) -> bool:
     return w.base_dilation == 1 or w.output_size(size) <= size
 
 
-def _window_need(w: WindowDim, size: int, t: int, cost=None):
-    """(input start per output tile, input width, the per-tile window, extra output rows
-    per tile): the input elements output tile k of ``t`` reads, and the one window (the
-    same on every tile) that computes the tile from them, preceded by ``extra[k]`` output
-    rows the tile drops.
-
-    Output row ``o`` reads dilated positions from ``o * stride - padding_low`` (input
-    element ``i`` sits at ``i * d``, ``d`` the base dilation), so tile k starts at
-    ``q[k] = k * per * stride - padding_low``. A tile running the window with static low
-    padding ``P`` from element ``f[k]`` produces, at local row ``e``, the global row
-    starting at ``f[k] * d - P + e * stride``; it needs ``f[k] * d + e[k] * stride =
-    q[k] + P`` and no input element hidden by the local padding (``P - e[k] * stride <
-    d``). Without base dilation ``P = 0, e = 0``. With it, when ``per * stride`` is a
-    multiple of ``d`` one ``P`` gives ``e = 0`` on every tile (XLA's first case); else the
-    tiles' phases differ and some compute a few extra rows: stride 1 takes the largest
-    low padding any tile needs (XLA's second case), a non-unit stride a ``P`` that puts
-    every tile's first row on the stride grid (XLA's third, extra window padding). The
-    ``P`` whose windows are cheapest to exchange (``cost(starts, width)``, when given:
-    tiles out of phase may need a halo on one side only), then with the fewest extra
-    rows, then the narrowest input window, wins."""
-    per = -(-w.output_size(size) // t)
-    d, s = w.base_dilation, w.stride
-    q = np.arange(t, dtype=np.int64) * per * s - w.padding_low
-    if per == 0:
-        first = -(-q // d)
-        return first, 0, WindowDim(w.size, s, 0, 0, w.window_dilation, d,
-                                   w.window_reversal), np.zeros(t, np.int64)
-    best = None
-    # (P + stride, e + 1) is the same tiling with one more row on every tile, and any
-    # P >= d forces e >= 1: the best P is below max(d, stride).
-    for p in range(max(d, s)):
-        e_min = max(0, (p - d) // s + 1)
-        cand = np.arange(e_min, e_min + d, dtype=np.int64)            # one period of e
-        ok = (q[:, None] + p - cand[None, :] * s) % d == 0
-        if not ok.any(axis=1).all():
-            continue                                   # some tile has no such e
-        extra = cand[np.argmax(ok, axis=1)]
-        last = (int(extra.max()) + per - 1) * s - p + w.span - 1     # last position read
-        if last < 0:
-            continue
-        count = last // d + 1
-        moved = cost((q + p - extra * s) // d, count) if cost is not None else ()
-        key = (moved, int(extra.max()), count, p)
-        if best is None or key < best[0]:
-            best = (key, p, extra, last)
-    assert best is not None, (w, size, t)
-    _, p, extra, last = best
-    first = (q + p - extra * s) // d
-    count = last // d + 1
-    high = last - (count - 1) * d
-    return first, count, WindowDim(w.size, s, p, high, w.window_dilation, d,
-                                   w.window_reversal), extra
-
-
-def _drop_extra_rows(ctx: PartitionContext, x: Instruction, dim: int, extra: np.ndarray,
-                     tidx: np.ndarray) -> Instruction:
-    """The tile's output rows: skip the ``extra[k]`` leading rows tile k computed."""
-    zero = ctx.b.constant(np.int64(0), S32)
-    idx = [zero] * x.shape.rank
-    idx[dim] = device_scalar(ctx, extra, tidx)
-    sizes = list(x.shape.dims)
-    sizes[dim] -= int(extra.max())
-    return ctx.b.dynamic_slice(x, idx, sizes)
-
-
 def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
                 l_dims: Sequence[int]) -> HloSharding:
     """``outer`` with the windowed dims the input holds whole left whole: each device cuts
@@ -261,13 +235,25 @@ def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
     return partial_replicate(outer, whole) if whole else outer
 
 
-def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                       rhs: PValue, target: HloSharding,
-                       spatial: list[tuple[int, int, int]]) -> PValue:
-    """Group devices by the tiles of the windowed dims ``spatial``, give every device the
-    input window of its output tile (halo exchange), and plan the rest inside the groups."""
-    c = dims.conv
-    assert c is not None
+class _SpatialSetup(NamedTuple):
+    """How the windowed dims ``spatial`` are partitioned with halos: the device groups
+    (one per tile of those dims), the operands' and result's shardings inside a group and
+    outside (``held``: the input as resharded before the exchange)."""
+    spatial: list
+    groups: np.ndarray
+    sizes: tuple[int, ...]
+    inner_l: HloSharding
+    inner_r: HloSharding
+    inner_o: HloSharding
+    lhs_outer: HloSharding
+    rhs_outer: HloSharding
+    held: HloSharding
+
+
+def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
+                   spatial: list[tuple[int, int, int]]) -> _SpatialSetup:
+    """Group devices by the tiles of the windowed dims ``spatial`` (of the result when it
+    tiles them, else of the input) and derive every sharding the halo way uses."""
     out_tiled = target.is_tiled and any(data_tiles(target, dims.out_rank)[o] > 1
                                         for _, o, _ in spatial)
     ref, ref_dims = (target, [o for _, o, _ in spatial]) if out_tiled else \
@@ -286,50 +272,112 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     inner_o = inner_of(target, OUT, o_dims)
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
+    held = _held_whole(dims, lhs, lhs_outer, l_dims)
+    return _SpatialSetup(spatial, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+                         rhs_outer, held)
+
+
+def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[int],
+                     spatial: list, sizes: tuple[int, ...]):
+    """Per windowed dim in order: (lhs dim, output dim, window index, tiles, input starts
+    per tile, input width, the per-tile window, extra rows, the exchange's plan), with
+    ``local`` (the input's local dims) updated to the exchanged widths."""
+    out = []
+    for (ld, od, i), t in zip(spatial, sizes):
+        size = int(lhs.base_shape.dims[ld])
+        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], local[ld]
+        starts, width, w, extra = dilated_window_need(
+            dims.window[i], size, t,
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
+        out.append((ld, od, i, t, starts, width, w, extra,
+                    plan_window(xt, t, lsize, size, starts, width)))
+        local[ld] = width
+    return out
+
+
+def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                   rhs: PValue, target: HloSharding, st: _SpatialSetup) -> float:
+    """Bytes of the halo way: the operands' reshards, the halo exchanges, the plan inside
+    the groups and the result's reshard to ``target``."""
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.support.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, st.held, n, eb[0])
+             + _PLANNER.reshard_bytes(rshape, rhs.sharding, st.rhs_outer, n, eb[1]))
+    local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
+    window = list(dims.window)
+    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
+                                                             st.spatial, st.sizes):
+        rows = wplan.key()[0]
+        if local[ld]:
+            moved += rows * float(np.prod(local)) / local[ld] * eb[0]
+        local[ld] = wplan.width
+        window[i] = w
+    lwin = list(lshape)
+    for ld, _, _ in st.spatial:
+        lwin[ld] = local[ld]
+    inner = Problem(dims.with_window(window), tuple(lwin), rshape, st.inner_l, st.inner_r,
+                    st.inner_o, int(st.groups.shape[1]), eb)
+    moved += _PLANNER.plan(inner).cost.bytes
+    o_dims = [o for _, o, _ in st.spatial]
+    out = ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes, st.inner_o)
+    moved += _PLANNER.reshard_bytes(dims.out_dims(lshape, rshape), out, target, n, eb[2])
+    return moved
+
+
+def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                       rhs: PValue, target: HloSharding, st: _SpatialSetup) -> PValue:
+    """Give every device the input window of its output tile (halo exchange) inside the
+    groups of ``st``, and plan the rest inside the groups."""
+    c = dims.conv
+    assert c is not None
     if any(data_tiles(rhs.sharding, dims.rhs_rank)[d] > 1 for d in dims.untiled(RHS)) \
             if rhs.sharding.is_tiled else False:
         _note_gather(ctx, inst)
-    held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    l = ctx.reshard(lhs, held)
-    r = ctx.reshard(rhs, rhs_outer)
+    l = ctx.reshard(lhs, st.held)
+    r = ctx.reshard(rhs, st.rhs_outer)
 
     x = l.hlo
     window = list(dims.window)
     lshape = list(lhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
     extras = []
-    for (ld, od, i), t in zip(spatial, sizes):
+    for ld, od, i, t, starts, width, w, extra, wplan in _spatial_windows(
+            dims, lhs, st.held, list(x.shape.dims), st.spatial, st.sizes):
         size = int(lhs.base_shape.dims[ld])
-        xt, lsize = tiles_of(held, dims.lhs_rank)[ld], x.shape.dims[ld]
-        starts, width, window[i], extra = _window_need(
-            window[i], size, t,
-            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
-        tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        window[i] = w
+        tidx = tile_index_table(ctx, st.lhs_outer, ld)
+        x = exchange_window(ctx, x, st.held, st.lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
         lshape[ld] = width
         if extra.any():
             extras.append((od, extra, tidx))
     inner_dims = dims.with_window(window)
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
-    ri = PValue(r.hlo, rhs.base_shape, inner_r)
-    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, inner_o, local_convolution)
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(st.groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), st.inner_l)
+    ri = PValue(r.hlo, rhs.base_shape, st.inner_r)
+    res = partition_dot(inner_ctx, inst, inner_dims, li, ri, st.inner_o, local_convolution)
     y = res.hlo
     # Inside the groups the windowed output dims are whole: drop the extra leading rows.
     for od, extra, tidx in extras:
-        y = _drop_extra_rows(ctx, y, od, extra, tidx)
-    out = PValue(y, inst.shape, ungroup_to(groups, dims.out_rank, o_dims, sizes, inner_o))
+        y = drop_extra_rows(ctx, y, od, extra, tidx)
+    o_dims = [o for _, o, _ in st.spatial]
+    out = PValue(y, inst.shape, ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes,
+                                           st.inner_o))
     return ctx.reshard(out, target)
 
 
 # -- windowed dims tiled on the kernel ----------------------------------------------------------
 def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PValue,
                       target: HloSharding) -> list[tuple[int, int, int, int]]:
-    """(lhs dim, kernel dim, output dim, window index) of windowed dims to partition along
-    the kernel (the filter gradient jax.grad emits: the "kernel" is the output gradient,
-    as large as the image, and sharded like it): the kernel tiles them, the result does
-    not, and gathering the kernel would move more than all-reducing the partial results."""
+    """(lhs dim, kernel dim, output dim, window index) of windowed dims that may be
+    partitioned along the kernel (the filter gradient jax.grad emits: the "kernel" is the
+    output gradient, as large as the image, and sharded like it): the kernel (or else the
+    input) tiles them and the result does not. Whether it is the cheapest way is priced
+    (``_kernel_price``)."""
     c = dims.conv
     if c is None or not (rhs.sharding.is_tiled or lhs.sharding.is_tiled):
         return []
@@ -344,51 +392,27 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
         w = dims.window[i]
         tiled = rt[r] > 1 if by_kernel else lt[l] > 1
         if (tiled and ot[o] == 1 and r in dims.untiled(RHS) and l in dims.untiled(LHS)
-                and w.base_dilation == 1 and not w.window_reversal):
+                and w.base_dilation == 1):
             out.append((l, r, o, i))
-    if not out:
-        return []
-    from hlo_spmd.passes.partition.handlers.dot import _ebytes
-    from hlo_spmd.passes.partition.reshard import reshard_cost
-
-    # The alternative: gather the kernel's windowed dims, exchange the input's windows for
-    # output tiles (the output tiled like the input), gather the output back.
-    eb = _ebytes(rhs.hlo)
-    gather = reshard_cost(rhs.base_shape.dims, eb, rhs.sharding,
-                          _clean(dims, RHS, rhs.sharding), ctx.num_devices)
-    k = 1
-    for l, r, _, _ in out:
-        k *= rt[r] if by_kernel else lt[l]
-    out_local = float(np.prod(ctx.local_shape(inst_shape(dims, lhs, rhs), target).dims))
-    reduce = 2.0 * out_local * eb * (k - 1) / k
-    lhs_local = float(np.prod(ctx.local_shape(lhs.base_shape, lhs.sharding).dims)) * eb
-    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
-    halo = 0.0
-    for l, _, o, i in out:
-        t = lt[l]
-        if t > 1:
-            lsize = -(-int(lhs.base_shape.dims[l]) // t)
-            per = -(-out_dims[o] // t)
-            width = (per - 1) * dims.window[i].stride + dims.window[i].span
-            halo += min(max(0, width - lsize), (t - 1) * lsize) * lhs_local / lsize
-    alternative = gather + halo + out_local * eb * (k - 1) / k
-    return out if reduce < alternative else []
+    return out
 
 
-def inst_shape(dims: DotDims, lhs: PValue, rhs: PValue):
-    """The convolution's global output shape for these operands."""
-    return lhs.base_shape.with_dims(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims))
+class _KernelSetup(NamedTuple):
+    """The kernel's halo way: device groups by the kernel's (or the input's) tiles of the
+    windowed dims ``kernel``, shardings inside a group and outside."""
+    kernel: list
+    groups: np.ndarray
+    sizes: tuple[int, ...]
+    inner_l: HloSharding
+    inner_r: HloSharding
+    inner_o: HloSharding
+    lhs_outer: HloSharding
+    rhs_outer: HloSharding
+    held: HloSharding
 
 
-@with_cause("contraction")  # the all-reduce sums the per-window partial products
-def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
-                              lhs: PValue, rhs: PValue, target: HloSharding,
-                              kernel: list[tuple[int, int, int, int]]) -> PValue:
-    """Group devices by the kernel's tiles of the windowed dims ``kernel``: each device
-    convolves its kernel rows with the input rows they meet (a halo exchange on the
-    input), and the partial results are summed across the groups (all-reduce)."""
-    from hlo_spmd.passes.partition.handlers.dot import mask_padding
-
+def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
+                  kernel: list[tuple[int, int, int, int]]) -> _KernelSetup:
     r_dims = [r for _, r, _, _ in kernel]
     l_dims = [l for l, _, _, _ in kernel]
     # Group by the kernel's tiles, or by the input's when the kernel holds them whole.
@@ -408,31 +432,99 @@ def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: Do
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
     held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    l = ctx.reshard(lhs, held)
-    r = mask_padding(ctx, ctx.reshard(rhs, rhs_outer), r_dims)
+    return _KernelSetup(kernel, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+                        rhs_outer, held)
+
+
+def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _KernelSetup):
+    """Per kernel-tiled dim: (lhs dim, kernel dim, window index, tiles, input starts per
+    tile, input width, the kernel rows per tile, the per-tile window)."""
+    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
+    out = []
+    for (ld, rd, od, i), t in zip(ks.kernel, ks.sizes):
+        w = dims.window[i]
+        rk = -(-int(rhs.base_shape.dims[rd]) // t)
+        k = np.arange(t, dtype=np.int64)
+        # Kernel tile k holds rows [k*rk, (k+1)*rk), window taps k*rk.. (reversed: the
+        # window reads the kernel backwards, tile k's taps start at size - (k+1)*rk;
+        # taps of the padded rows past the end fall before 0 and are masked to zero).
+        first = (int(rhs.base_shape.dims[rd]) - (k + 1) * rk) if w.window_reversal \
+            else k * rk
+        starts = first * w.window_dilation - w.padding_low
+        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
+        out.append((ld, rd, i, t, starts, width, rk,
+                    WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, w.window_reversal)))
+    return out
+
+
+def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
+                  rhs: PValue, target: HloSharding, ks: _KernelSetup) -> float:
+    """Bytes of the kernel's halo way: the operands' reshards, the input's halo
+    exchanges, the plan inside the groups, the all-reduce across them and the result's
+    reshard to ``target``."""
+    from hlo_spmd.collectives.cost import bytes_per_device
+    from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
+    from hlo_spmd.passes.partition.support.dot_plan import Problem
+
+    n = ctx.num_devices
+    eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
+    lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
+    moved = (_PLANNER.reshard_bytes(tuple(lshape), lhs.sharding, ks.held, n, eb[0])
+             + _PLANNER.reshard_bytes(tuple(rshape), rhs.sharding, ks.rhs_outer, n, eb[1]))
+    local = list(ctx.local_shape(lhs.base_shape, ks.held).dims)
+    window = list(dims.window)
+    xt = tiles_of(ks.held, dims.lhs_rank)
+    for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
+        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width)
+        if local[ld]:
+            moved += wplan.key()[0] * float(np.prod(local)) / local[ld] * eb[0]
+        local[ld] = width
+        lshape[ld], rshape[rd] = width, rk
+        window[i] = w
+    inner = Problem(dims.with_window(window), tuple(lshape), tuple(rshape), ks.inner_l,
+                    ks.inner_r, ks.inner_o, int(ks.groups.shape[1]), eb)
+    moved += _PLANNER.plan(inner).cost.bytes
+    out_local = float(np.prod(ctx.local_shape(
+        lhs.base_shape.with_dims(inner.out_shape), ks.inner_o).dims)) * eb[2] \
+        if ks.inner_o.is_tiled else float(np.prod(inner.out_shape)) * eb[2]
+    moved += bytes_per_device("all-reduce", out_local, out_local, int(ks.groups.shape[0]))
+    out = ungroup_to(ks.groups, dims.out_rank, None, ks.sizes, ks.inner_o)
+    moved += _PLANNER.reshard_bytes(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims),
+                                    out, target, n, eb[2])
+    return moved
+
+
+@with_cause("contraction")  # the all-reduce sums the per-window partial products
+def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
+                              lhs: PValue, rhs: PValue, target: HloSharding,
+                              ks: _KernelSetup) -> PValue:
+    """Each device convolves its kernel rows with the input rows they meet (a halo
+    exchange on the input), and the partial results are summed across the groups of
+    ``ks`` (all-reduce)."""
+    from hlo_spmd.passes.partition.handlers.dot import mask_padding
+
+    r_dims = [r for _, r, _, _ in ks.kernel]
+    l = ctx.reshard(lhs, ks.held)
+    r = mask_padding(ctx, ctx.reshard(rhs, ks.rhs_outer), r_dims)
     x = l.hlo
     window = list(dims.window)
     lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
     zero = ctx.b.scalar(0, x)
-    out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
-    for (ld, rd, od, i), t in zip(kernel, sizes):
-        w = window[i]
+    for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
         size = int(lhs.base_shape.dims[ld])
-        rk = -(-int(rhs.base_shape.dims[rd]) // t)
-        starts = np.arange(t, dtype=np.int64) * rk * w.window_dilation - w.padding_low
-        width = (out_dims[od] - 1) * w.stride + (rk - 1) * w.window_dilation + 1
-        tidx = tile_index_table(ctx, lhs_outer, ld)
-        x = exchange_window(ctx, x, held, lhs_outer, ld, size, starts, width, tidx)
+        tidx = tile_index_table(ctx, ks.lhs_outer, ld)
+        x = exchange_window(ctx, x, ks.held, ks.lhs_outer, ld, size, starts, width, tidx)
         x = mask_outside(ctx, x, ld, -starts, size - starts, tidx, zero)
-        window[i] = WindowDim(rk, w.stride, 0, 0, w.window_dilation, 1, False)
+        window[i] = w
         lshape[ld], rshape[rd] = width, rk
-    inner_ctx = ctx.in_group(ctx.grouping.subgroup(groups))
-    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), inner_l)
-    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), inner_r)
-    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, inner_o,
+    inner_ctx = ctx.in_group(ctx.grouping.subgroup(ks.groups))
+    li = PValue(x, lhs.base_shape.with_dims(tuple(lshape)), ks.inner_l)
+    ri = PValue(r.hlo, rhs.base_shape.with_dims(tuple(rshape)), ks.inner_r)
+    res = partition_dot(inner_ctx, inst, dims.with_window(window), li, ri, ks.inner_o,
                         local_convolution)
-    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(groups.T))
-    out = PValue(summed, inst.shape, ungroup_to(groups, dims.out_rank, None, sizes, inner_o))
+    summed = ctx.f.all_reduce(res.hlo, "add", np.ascontiguousarray(ks.groups.T))
+    out = PValue(summed, inst.shape, ungroup_to(ks.groups, dims.out_rank, None, ks.sizes,
+                                                ks.inner_o))
     return ctx.reshard(out, target)
 
 

@@ -18,7 +18,8 @@ elements they cover, masks operand positions outside the operand with the lowest
 max select: never selected) or highest value, source positions outside the source with
 the init value, runs the op with no padding on that dim and cuts its own tile out of the
 result. Selects other than a max / min comparison, and base dilation on a tiled dim,
-keep that dim whole.
+keep that dim whole. A reduce-window base-dilated on a tiled dim (of one array) reads
+windows like a transposed convolution (halo.dilated_window_need).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.dot_conv_dims import WindowDim, window_dims
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.halo import (_cut, exchange_window, mask_outside, plan_window,
+from hlo_spmd.passes.partition.halo import (_cut, dilated_window_need, drop_extra_rows,
+                                            exchange_window, mask_outside, plan_window,
                                             tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.slicing import (_rows_bytes, choose_compute_sharding,
@@ -54,8 +56,19 @@ def _reduce_window_need(w: WindowDim, size: int, t: int) -> tuple[np.ndarray, in
     return starts, ((per - 1) * w.stride + w.span if per > 0 else 0)
 
 
-def _rw_need(d: int, w: WindowDim, size: int, t: int) -> tuple[np.ndarray, int]:
+def _rw_need(d: int, w: WindowDim, size: int, t: int, xt: int) -> tuple[np.ndarray, int]:
+    if w.base_dilation > 1:
+        first, count, _, _ = _rw_dilated(w, size, t, xt)
+        return first, count
     return _reduce_window_need(w, size, t)
+
+
+def _rw_dilated(w: WindowDim, size: int, t: int, xt: int):
+    """``dilated_window_need`` with the windows cheapest to exchange from an operand
+    split ``xt`` ways (1 or ``t``) on the dim."""
+    lsize = -(-size // xt)
+    return dilated_window_need(w, size, t,
+                               lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
 
 
 def _scatter_need(w: WindowDim, size: int, out: int, t: int):
@@ -80,6 +93,8 @@ def _local_window(inst: Instruction, window: Sequence[WindowDim]):
     for i, w in enumerate(window):
         wd = attrs.window.dimensions[i]
         wd.padding_low, wd.padding_high = w.padding_low, w.padding_high
+        if (wd.base_dilation or 1) != w.base_dilation:
+            wd.base_dilation = w.base_dilation
     return attrs
 
 
@@ -109,7 +124,11 @@ def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
         from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 
         return handle_replicated(ctx, inst)
-    work = _windowable(target, window, rank, lambda d: window[d].base_dilation == 1)
+    # A base-dilated dim is exchanged like a transposed convolution's (the shared
+    # dilated_window_need: one static window per tile, extra leading rows dropped after),
+    # for one array (the rows of a tuple's results would be dropped one by one).
+    work = _windowable(target, window, rank,
+                       lambda d: window[d].base_dilation == 1 or arrays == 1)
     if work != target:
         _note(ctx, inst, "reduce-window: base-dilated dim held whole")
     moving = [d for d in range(rank) if not _trivial(window[d])]
@@ -133,32 +152,49 @@ def handle_reduce_window(ctx: PartitionContext, inst: Instruction) -> PValue:
 def _operand_cost(ctx: PartitionContext, operand: Instruction, s: HloSharding,
                   window: Sequence[WindowDim], moving: Sequence[int], need) -> float | None:
     """Bytes per device: the operand resharded to read windows in ``s``, plus the halos."""
+    best = _operand_layout(ctx, operand, s, window, moving, need)
+    return None if best is None else best[0]
+
+
+def _operand_layout(ctx: PartitionContext, operand: Instruction, s: HloSharding,
+                    window: Sequence[WindowDim], moving: Sequence[int],
+                    need) -> tuple[float, HloSharding] | None:
+    """(bytes, the operand's sharding before the exchange) of the cheaper way to read the
+    windows of ``s``: the operand kept whole on the window dims it holds whole (windows
+    cut locally), or resharded to ``s`` itself (an all-to-all moving its tiles to the
+    window dims, then halos)."""
     pv = ctx.value(operand)
     rank = operand.shape.rank
-    xs = keep_only_tiled(s, pv.sharding, rank, moving)
-    c = reshard_price(ctx, pv, xs)[0]
-    local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
-    st, xt = tiles_of(s, rank), tiles_of(xs, rank)
-    for d in _halo_dims(s, window, rank):
-        starts, width, *care = need(d, window[d], int(operand.shape.dims[d]), st[d])
-        plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts, width,
-                           care[0] if care else None)
-        c += plan.rows * _rows_bytes(local, d, itemsize(operand.shape))
-        local[d] = width
-    return c
+    best = None
+    for xs in dict.fromkeys((keep_only_tiled(s, pv.sharding, rank, moving), s)):
+        c = reshard_price(ctx, pv, xs)[0]
+        local = list(tile_shape(xs, operand.shape.dims) if xs.is_tiled else operand.shape.dims)
+        st, xt = tiles_of(s, rank), tiles_of(xs, rank)
+        for d in _halo_dims(s, window, rank):
+            starts, width, *care = need(d, window[d], int(operand.shape.dims[d]), st[d],
+                                        xt[d])
+            plan = plan_window(xt[d], st[d], local[d], int(operand.shape.dims[d]), starts,
+                               width, care[0] if care else None)
+            c += plan.rows * _rows_bytes(local, d, itemsize(operand.shape))
+            local[d] = width
+        if best is None or c < best[0]:
+            best = (c, xs)
+    return best
 
 
 def _windows_of(ctx: PartitionContext, pv: PValue, s: HloSharding, window: Sequence[WindowDim],
-                moving: Sequence[int], need, fill: Instruction) -> Instruction:
+                moving: Sequence[int], need, fill: Instruction,
+                operand: Instruction) -> Instruction:
     """The local operand with every halo dim of ``s`` replaced by this tile's window
     (positions outside the operand set to ``fill``)."""
     rank = pv.base_shape.rank
-    xs = keep_only_tiled(s, pv.sharding, rank, moving)
+    best = _operand_layout(ctx, operand, s, window, moving, need)
+    xs = best[1] if best is not None else keep_only_tiled(s, pv.sharding, rank, moving)
     x = ctx.reshard(pv, xs).hlo
-    st = tiles_of(s, rank)
+    st, xt = tiles_of(s, rank), tiles_of(xs, rank)
     for d in _halo_dims(s, window, rank):
         size = int(pv.base_shape.dims[d])
-        starts, width, *care = need(d, window[d], size, st[d])
+        starts, width, *care = need(d, window[d], size, st[d], xt[d])
         care_k = care[0] if care else None
         tidx = tile_index_table(ctx, s, d)
         x = exchange_window(ctx, x, xs, s, d, size, starts, width, tidx, care_k)
@@ -172,15 +208,28 @@ def _emit_reduce_window(ctx: PartitionContext, inst: Instruction, s: HloSharding
     rank = inst.operands[0].shape.rank
     inits = [ctx.operand(inst, arrays + i, HloSharding.replicate()) for i in range(arrays)]
     xs = [_windows_of(ctx, ctx.value(inst.operands[i]), s, window, moving,
-                      _rw_need, inits[i]) for i in range(arrays)]
+                      _rw_need, inits[i], inst.operands[i]) for i in range(arrays)]
     local_window = list(window)
+    extras = []
+    st = tiles_of(s, rank)
+    best = _operand_layout(ctx, inst.operands[0], s, window, moving, _rw_need)
+    xt = tiles_of(best[1] if best is not None else
+                  keep_only_tiled(s, ctx.value(inst.operands[0]).sharding, rank, moving), rank)
     for d in _halo_dims(s, window, rank):
         w = window[d]
-        local_window[d] = WindowDim(w.size, w.stride, 0, 0, w.window_dilation, 1,
-                                    w.window_reversal)
+        if w.base_dilation > 1:
+            _, _, local_window[d], extra = _rw_dilated(
+                w, int(inst.operands[0].shape.dims[d]), st[d], xt[d])
+            if extra.any():
+                extras.append((d, extra))
+        else:
+            local_window[d] = WindowDim(w.size, w.stride, 0, 0, w.window_dilation, 1,
+                                        w.window_reversal)
     called = [ctx.clone(c) for c in inst.called_computations]
     x = ctx.b.op("reduce-window", xs + inits, _local_window(inst, local_window), called,
                  name=inst.name)
+    for d, extra in extras:   # (one array: see handle_reduce_window)
+        x = drop_extra_rows(ctx, x, d, extra, tile_index_table(ctx, s, d))
     return PValue(x, inst.shape, _tuple_of(s, inst, arrays))
 
 
@@ -243,11 +292,11 @@ def _scatter_needs(operand: Instruction, source: Instruction):
     op_dims = [int(x) for x in operand.shape.dims]
     src_dims = [int(x) for x in source.shape.dims]
 
-    def op_need(d: int, w: WindowDim, size: int, t: int):
+    def op_need(d: int, w: WindowDim, size: int, t: int, xt: int):
         _, _, starts, width, _, care = _scatter_need(w, size, src_dims[d], t)
         return starts, width, care
 
-    def src_need(d: int, w: WindowDim, size: int, t: int):
+    def src_need(d: int, w: WindowDim, size: int, t: int, xt: int):
         first, count, _, _, windows, _ = _scatter_need(w, op_dims[d], size, t)
         return first, count, windows
     return op_need, src_need
@@ -265,8 +314,8 @@ def _emit_select_and_scatter(ctx: PartitionContext, inst: Instruction, s: HloSha
     op_dims = [int(x) for x in operand.shape.dims]
     src_dims = [int(x) for x in source.shape.dims]
     op_need, src_need = _scatter_needs(operand, source)
-    x = _windows_of(ctx, ctx.value(operand), s, window, moving, op_need, fill)
-    y = _windows_of(ctx, ctx.value(source), s, window, moving, src_need, init)
+    x = _windows_of(ctx, ctx.value(operand), s, window, moving, op_need, fill, operand)
+    y = _windows_of(ctx, ctx.value(source), s, window, moving, src_need, init, source)
     local_window = list(window)
     for d in halo:
         w = window[d]

@@ -206,7 +206,14 @@ class Planner:
             if x is not None and not x.is_replicated:
                 cands.append(merge(partial_replicate(x, contr), out_l))
         seen: list[HloSharding] = []
+        untiled = d.untiled_iter
         for c in cands:
+            if c is not None and untiled and c.is_tiled:
+                # An output tiled on a dim no block may tile (a convolution's windowed
+                # dim): the block leaves it whole, the final reshard is priced.
+                tiles = data_tiles(c, ir)
+                drop = [k for k in untiled if tiles[k] > 1]
+                c = partial_replicate(c, drop) if drop else c
             if c is not None and c not in seen and (c.is_replicated or c.num_devices == p.n):
                 seen.append(c)
         return seen
