@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import verify  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -34,7 +34,7 @@ def run_bytes(text: str, n: int) -> tuple[float, float, int, int]:
     checked against the unpartitioned one."""
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, n, complete=True)
+    result = partition_in_place(module, n, complete=True)
     report = verify(original, module_bytes(result.module), n, poison_padding=True)
     assert report.ok, str(report)
     ours = module_stats(result.module, n)

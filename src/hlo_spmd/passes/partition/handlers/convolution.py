@@ -51,6 +51,7 @@ from hlo_spmd.passes.partition.support.dot_dims import (data_tiles, group0_view,
                                                        regroup, ungroup_to)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
+from hlo_spmd.passes.partition.reshard import reshard_cost
 from hlo_spmd.sharding import HloSharding, group_by_dims, partial_replicate
 
 LHS, RHS, OUT = 0, 1, 2
@@ -176,12 +177,12 @@ def _planner_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
     eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
     ls, rs = _groups_whole(dims, LHS, lhs.sharding), _groups_whole(dims, RHS, rhs.sharding)
     lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
-    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, ls, n, eb[0])
-             + _PLANNER.reshard_bytes(rshape, rhs.sharding, rs, n, eb[1]))
+    moved = (reshard_cost(lshape, eb[0], lhs.sharding, ls, n)
+             + reshard_cost(rshape, eb[1], rhs.sharding, rs, n))
     plan = _PLANNER.plan(Problem(dims, lshape, rshape, ls, rs, _work(dims, target, OUT), n,
                                  eb))
     out_shape = dims.out_dims(lshape, rshape)
-    fin = _PLANNER.reshard_bytes(out_shape, _work(dims, target, OUT), target, n, eb[2])
+    fin = reshard_cost(out_shape, eb[2], _work(dims, target, OUT), target, n)
     return moved + plan.cost.bytes + fin
 
 
@@ -305,8 +306,8 @@ def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
     n = ctx.num_devices
     eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
     lshape, rshape = tuple(lhs.base_shape.dims), tuple(rhs.base_shape.dims)
-    moved = (_PLANNER.reshard_bytes(lshape, lhs.sharding, st.held, n, eb[0])
-             + _PLANNER.reshard_bytes(rshape, rhs.sharding, st.rhs_outer, n, eb[1]))
+    moved = (reshard_cost(lshape, eb[0], lhs.sharding, st.held, n)
+             + reshard_cost(rshape, eb[1], rhs.sharding, st.rhs_outer, n))
     local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
     window = list(dims.window)
     for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
@@ -324,7 +325,7 @@ def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
     moved += _PLANNER.plan(inner).cost.bytes
     o_dims = [o for _, o, _ in st.spatial]
     out = ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes, st.inner_o)
-    moved += _PLANNER.reshard_bytes(dims.out_dims(lshape, rshape), out, target, n, eb[2])
+    moved += reshard_cost(dims.out_dims(lshape, rshape), eb[2], out, target, n)
     return moved
 
 
@@ -469,8 +470,8 @@ def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     n = ctx.num_devices
     eb = (_ebytes(lhs.hlo), _ebytes(rhs.hlo), float(element_bytes(inst.shape.element_type)))
     lshape, rshape = list(lhs.base_shape.dims), list(rhs.base_shape.dims)
-    moved = (_PLANNER.reshard_bytes(tuple(lshape), lhs.sharding, ks.held, n, eb[0])
-             + _PLANNER.reshard_bytes(tuple(rshape), rhs.sharding, ks.rhs_outer, n, eb[1]))
+    moved = (reshard_cost(tuple(lshape), eb[0], lhs.sharding, ks.held, n)
+             + reshard_cost(tuple(rshape), eb[1], rhs.sharding, ks.rhs_outer, n))
     local = list(ctx.local_shape(lhs.base_shape, ks.held).dims)
     window = list(dims.window)
     xt = tiles_of(ks.held, dims.lhs_rank)
@@ -489,8 +490,8 @@ def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
         if ks.inner_o.is_tiled else float(np.prod(inner.out_shape)) * eb[2]
     moved += bytes_per_device("all-reduce", out_local, out_local, int(ks.groups.shape[0]))
     out = ungroup_to(ks.groups, dims.out_rank, None, ks.sizes, ks.inner_o)
-    moved += _PLANNER.reshard_bytes(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims),
-                                    out, target, n, eb[2])
+    moved += reshard_cost(dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims), eb[2],
+                          out, target, n)
     return moved
 
 
