@@ -47,6 +47,7 @@ EXPECTED_GENERATED = {
     "conv_transposed", "conv_depthwise", "pooling_grad",
     "embedding_vocab_sharded", "embedding_vocab_sharded_4", "gpt_train_step_tied",
     "moe_gather_scatter", "argmax_sort_sharded", "topk_sharded", "take_along_axis",
+    "moe_router_topk",
 }
 EXPECTED_HANDWRITTEN = {
     "row_sharded_matmul", "elementwise_sharding_custom_call", "while_tuple_carry",
