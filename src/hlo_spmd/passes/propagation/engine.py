@@ -50,7 +50,11 @@ SPATIAL_OPCODES = frozenset({
     "transpose", "tuple", "while", "reduce", "rng-bit-generator", "all-reduce",
     "collective-permute", "reduce-scatter", "reverse",
     # Not in XLA's list (its partitioner replicates them); handlers/batch_norm.py splits them.
-    "batch-norm-training", "batch-norm-inference", "batch-norm-grad"})
+    "batch-norm-training", "batch-norm-inference", "batch-norm-grad",
+    # Not in XLA's list (its results stay replicated): handlers/sort.py splits top-k on
+    # every dim, so its results may follow the operand (an MoE router's gates stay on
+    # the token shards).
+    "topk"})
 
 
 class Propagator:
