@@ -1,16 +1,21 @@
-"""sort and top-k (opcode ``topk``).
+"""sort and top-k (opcode ``topk`` and the ``TopK`` custom-call).
 
-Along an unsharded dim both run per tile with no communication. Along a sharded dim:
+Along an unsharded dim both run per tile with no communication. Otherwise the handler
+lists its candidates with their prices in the one cost model (strategy.py: reshards from
+``reshard_price`` / ``reshard_cost``, collectives from collectives/cost.py, plus the
+largest new array), picks the cheapest and emits only that one:
 
-* sort moves the sharding off the sort dim onto another dim with an all-to-all (the
-  reshard route picks it), sorts locally and reshards back -- XLA's approach in
-  ``SpmdPartitioningVisitor::HandleSort``; the replicated fallback competes on bytes (a
-  rank-1 sort has no other dim);
-* top-k (also over a sharded last dim) is a local top-k of every shard (padding masked to
-  the losing extreme), its indices shifted to global positions, an all-gather of the k
+* per tile in a layout that leaves the sort dim whole: the result's or (top-k) the
+  operand's -- a batch-partitioned top-k runs on its row block and only the small
+  [rows, k] results move;
+* with the sort dim's tiling moved onto another dim by an all-to-all, sorted locally,
+  resharded back -- XLA's approach in ``SpmdPartitioningVisitor::HandleSort``;
+* top-k over the operand's tiled last dim: a local top-k of every shard (padding masked
+  to the losing extreme), its indices shifted to global positions, an all-gather of the k
   candidates per shard, and a final stable sort of the gathered candidates cut to k -- the
-  two-stage TopK of XLA's spmd_partitioner (``topk`` and the custom-call ``TopK``). It
-  competes with moving the sharding (as for sort) and with the replicated fallback.
+  two-stage TopK of XLA's spmd_partitioner;
+* the replicated fallback (reported when it is the one emitted; a rank-1 sort has no
+  other dim).
 
 Ties keep the lower global index first: candidates arrive in shard (= index) order, each
 shard's in top-k order, and the final sort is stable.
@@ -28,7 +33,6 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.handlers.common import emit_like
 from hlo_spmd.passes.partition.handlers.local_dims import _common_leaf, _local, _sharded_dims
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
