@@ -124,3 +124,19 @@ ENTRY %main (x: f32[8,1024]) -> (f32[8,4], s32[8,4]) {{
 """
     out = check(text, 8, ties=True)
     assert "all-to-all" not in {i.opcode for i in out.instructions()}
+
+
+def test_a_losing_candidate_leaves_no_trace():
+    """Only the chosen plan is emitted: the sort of argmax_sort_sharded moves its tiling by
+    all-to-all, and the replicated fallback it was weighed against reports nothing (the
+    emit-and-delete chooser used to leave its full-rematerialization warning behind)."""
+    import os
+
+    from hlo_spmd.ir.io import load_module
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "fixtures", "hlo", "argmax_sort_sharded.pb")
+    result = partition(load_module(path), 8)
+    assert [r.message() for r in result.report.causes.remats] == []
+    assert result.report.replicated_fallbacks == []
+    assert "all-to-all" in {i.opcode for i in result.module.instructions()}
