@@ -20,7 +20,7 @@ from hlo_spmd_cli.main import _register, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CLEAN = ROOT / "fixtures" / "hlo" / "mlp_2d_megatron.pb"        # no warnings
-WARNS = ROOT / "fixtures" / "hlo" / "argmax_sort_sharded.pb"    # a full rematerialization
+WARNS = ROOT / "fixtures" / "hlo" / "shardy_sharding_group.pb"  # a full rematerialization
 
 _register()
 

@@ -48,6 +48,7 @@ EXPECTED_GENERATED = {
     "embedding_vocab_sharded", "embedding_vocab_sharded_4", "gpt_train_step_tied",
     "moe_gather_scatter", "argmax_sort_sharded", "topk_sharded", "take_along_axis",
     "grouped_conv_train_step", "grouped_conv_train_step_spatial",
+    "moe_router_topk",
 }
 EXPECTED_HANDWRITTEN = {
     "row_sharded_matmul", "elementwise_sharding_custom_call", "while_tuple_carry",

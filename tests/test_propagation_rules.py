@@ -866,22 +866,6 @@ ENTRY %main.1 (p0.1: f32[16,8]) -> f32[16,8] {
         'bc.1': '{devices=[2,2]<=[4]}',
         'r.1': None,
     }),
-    'topk_cc': (4, '''
-HloModule topk_cc
-ENTRY %main.1 (p0.1: f32[16,32]) -> (f32[16,4], s32[16,4]) {
-  %p0.1 = f32[16,32]{1,0} parameter(0), sharding={devices=[4,1]<=[4]}
-  %t.3 = (f32[16,4]{1,0}, s32[16,4]{1,0}) custom-call(%p0.1), custom_call_target="TopK"
-  %t.4 = f32[16,4]{1,0} get-tuple-element(%t.3), index=0
-  %t.5 = s32[16,4]{1,0} get-tuple-element(%t.3), index=1
-  ROOT %tuple.1 = (f32[16,4]{1,0}, s32[16,4]{1,0}) tuple(%t.4, %t.5)
-}
-''', {
-        'p0.1': '{devices=[4,1]<=[4]}',
-        't.3': None,
-        't.4': None,
-        't.5': None,
-        'tuple.1': None,
-    }),
     'conflicting_users': (8, '''
 HloModule conflicting_users
 ENTRY %main.1 (p0.1: f32[16,32]) -> (f32[16,32], f32[16,32]) {
@@ -1552,6 +1536,38 @@ def test_matches_xla(name):
 
 
 # -- single rules, readable -----------------------------------------------------------------
+
+def test_topk_results_follow_the_operand_on_every_dim_but_the_last():
+    """Not XLA's completion (it leaves top-k results unsharded, so its partitioner
+    replicates them): the partitioner splits top-k (handlers/sort.py), so the values and
+    indices of the ``topk`` op and of the ``TopK`` custom-call follow the operand on every
+    dim but the last, where k of the whole dim are chosen."""
+    for call in ('custom-call(%p0.1), custom_call_target="TopK"', "topk(%p0.1), k=4, largest=true"):
+        insts, _ = _run(f"""HloModule topk
+ENTRY %main.1 (p0.1: f32[16,32]) -> (f32[16,4], s32[16,4]) {{
+  %p0.1 = f32[16,32]{{1,0}} parameter(0), sharding={{devices=[4,2]<=[8]}}
+  %t.3 = (f32[16,4]{{1,0}}, s32[16,4]{{1,0}}) {call}
+  %t.4 = f32[16,4]{{1,0}} get-tuple-element(%t.3), index=0
+  %t.5 = s32[16,4]{{1,0}} get-tuple-element(%t.3), index=1
+  ROOT %tuple.1 = (f32[16,4]{{1,0}}, s32[16,4]{{1,0}}) tuple(%t.4, %t.5)
+}}""")
+        rows = parse_sharding("{devices=[4,1,2]<=[8] last_tile_dim_replicate}")
+        assert insts["t.3"].sharding == HloSharding.tuple([rows, rows])
+        assert insts["t.4"].sharding == rows and insts["t.5"].sharding == rows
+
+
+def test_topk_over_the_only_sharded_dim_stays_replicated():
+    insts, _ = _run("""HloModule topk
+ENTRY %main.1 (p0.1: f32[16,32]) -> (f32[16,4], s32[16,4]) {
+  %p0.1 = f32[16,32]{1,0} parameter(0), sharding={devices=[1,4]<=[4]}
+  %t.3 = (f32[16,4]{1,0}, s32[16,4]{1,0}) topk(%p0.1), k=4, largest=true
+  %t.4 = f32[16,4]{1,0} get-tuple-element(%t.3), index=0
+  %t.5 = s32[16,4]{1,0} get-tuple-element(%t.3), index=1
+  ROOT %tuple.1 = (f32[16,4]{1,0}, s32[16,4]{1,0}) tuple(%t.4, %t.5)
+}""")
+    assert insts["t.3"].sharding == HloSharding.tuple([HloSharding.replicate()] * 2)
+
+
 
 def _run(text: str, **kw):
     module = parse_module(text)

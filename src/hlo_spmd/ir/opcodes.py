@@ -184,7 +184,7 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "subtract":                 (2, "elementwise linear"),
     "tan":                      (1, "elementwise accuracy"),
     "tanh":                     (1, "elementwise accuracy"),
-    "topk":                     (1, "follows-finest"),
+    "topk":                     (1, "spatial follows-finest"),
     "transpose":                (1, "linear spatial pass-through"),
     "triangular-solve":         (2, ""),
     "tuple":                    (None, "no-buffer linear spatial pass-through"),

@@ -11,7 +11,7 @@ from hlo_spmd.passes.propagation.forward import FORWARD_RULES
 from hlo_spmd.passes.propagation.sdy_manual import SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL
 from hlo_spmd.passes.propagation.graph import (ALIASES, FULL_TO_SHARD, PASSTHROUGH_ALWAYS,
                                               PASSTHROUGH_SAME_RANK, SDY_BARRIER,
-                                              SDY_SHARDING_GROUP, SHARD_TO_FULL, SHARDING)
+                                              SDY_SHARDING_GROUP, SHARD_TO_FULL, SHARDING, TOPK)
 
 ELEMENTWISE_LIKE = ELEMENTWISE | {"rng"}
 
@@ -74,6 +74,8 @@ def custom_call_rule(target: str) -> tuple[str, str]:
         return "custom_call: operand 0 (passthrough)", backward
     if target in PASSTHROUGH_SAME_RANK:
         return "custom_call: operand 0 (passthrough when the ranks match)", backward
+    if target == TOPK:
+        return forward_rule("topk") + " (a TopK custom-call is a topk)", backward_rule("topk")
     if target == SDY_SHARDING_GROUP:
         return "sharding group: its operands share one sharding (ProcessShardingInstruction)", backward
     return "none (unsupported)", backward
@@ -81,4 +83,5 @@ def custom_call_rule(target: str) -> tuple[str, str]:
 
 #: Custom-call targets propagation treats specially.
 CUSTOM_CALL_TARGETS = frozenset({SHARDING, FULL_TO_SHARD, SHARD_TO_FULL, SDY_BARRIER,
-                                 SDY_SHARDING_GROUP, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL}) | PASSTHROUGH_ALWAYS | PASSTHROUGH_SAME_RANK
+                                 SDY_SHARDING_GROUP, SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL,
+                                 TOPK}) | PASSTHROUGH_ALWAYS | PASSTHROUGH_SAME_RANK

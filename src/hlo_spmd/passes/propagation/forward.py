@@ -559,6 +559,22 @@ def custom_call(p: "PropagatorInterface", inst: Instruction) -> bool:
                      (op,), _one_non_root_user(p, inst))
 
 
+def topk(p: "PropagatorInterface", inst: Instruction) -> bool:
+    """Not in XLA's rules (it leaves top-k results replicated): both results (values and
+    indices) follow the operand on every dim but the last, where k of the whole dim are
+    chosen. Nothing when only the last dim is sharded."""
+    op = inst.operands[0]
+    s = op.sharding
+    if not is_spatially_partitioned(s) or s.is_manual or s.is_tuple or not s.is_tiled \
+            or not inst.shape.is_tuple or len(inst.shape.tuple_shapes) != 2:
+        return False
+    leaf = partial_replicate(s, [op.shape.rank - 1])
+    if leaf.is_replicated:
+        return False
+    return p.improve(inst, HloSharding.tuple([leaf, leaf]), "topk.forward", (op,),
+                     _one_non_root_user(p, inst))
+
+
 # -- batch norm (not in XLA's rules: its partitioner replicates these ops) ------------------
 
 def batch_norm(p: "PropagatorInterface", inst: Instruction) -> bool:
@@ -608,6 +624,7 @@ FORWARD_RULES: dict[str, ForwardRule] = {
     "scatter": ForwardRule(scatter),
     "while": ForwardRule(while_rule),
     "custom-call": ForwardRule(custom_call),
+    "topk": ForwardRule(topk),
     "batch-norm-training": ForwardRule(batch_norm),
     "batch-norm-inference": ForwardRule(batch_norm),
     "batch-norm-grad": ForwardRule(batch_norm),

@@ -20,6 +20,7 @@ ALIASES = {"top-k": "topk", "optimization-barrier": "opt-barrier", "cos": "cosin
            "sin": "sine", "clz": "count-leading-zeros"}
 
 SHARDING = "Sharding"
+TOPK = "TopK"
 FULL_TO_SHARD = "SPMDFullToShardShape"
 SHARD_TO_FULL = "SPMDShardToFullShape"
 # IsPassthroughCustomOps: custom-calls whose result is sharded like their operand.
@@ -34,11 +35,13 @@ def opcode(inst: Instruction) -> str:
     """The opcode propagation reasons about.
 
     A ``Sharding`` custom-call is a ``copy`` (XLA replaces it by one before
-    propagating); old spellings map to XLA's.
+    propagating), a ``TopK`` custom-call a ``topk`` (same meaning, same partitioner
+    handler); old spellings map to XLA's.
     """
     op = inst.opcode
     if op == "custom-call":
-        return "copy" if inst.custom_call_target == SHARDING else op
+        target = inst.custom_call_target
+        return "copy" if target == SHARDING else "topk" if target == TOPK else op
     return ALIASES.get(op, op) if op in ALIASES else op
 
 

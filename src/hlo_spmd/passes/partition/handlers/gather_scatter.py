@@ -43,7 +43,7 @@ import numpy as np
 from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import IDEMPOTENT_REDUCERS
-from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
+from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.gather_scatter_dims import GatherDims, Role, ScatterDims
 from hlo_spmd.passes.partition.causes import with_cause
@@ -57,10 +57,11 @@ from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.propagation.gather_scatter import (gather_parallel_dims,
                                                         scatter_parallel_dims)
-from hlo_spmd.passes.partition.reshard import (reshard, reshard_cost, reshard_peak,
-                                               reshard_price)
+from hlo_spmd.passes.partition.reshard import reshard
+from hlo_spmd.passes.partition.support.strategy import (Strategy, cheapest, local_bytes, moves,
+                                                replicated_price, result_move)
 from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
-                               partial_replicate_all_except, tile_shape)
+                               partial_replicate_all_except)
 
 PRED = PrimitiveType.PRED
 
@@ -208,71 +209,11 @@ def _source_callers(ctx: PartitionContext) -> Callable[[object], list]:
 
 
 # -- plans as data ----------------------------------------------------------------------------
-class Strategy:
-    """One candidate: its grid, its price in the one cost model (bytes per device on the
-    wire, ``collectives.cost``; bytes of the largest new array) and how to emit it. The
-    handler prices every candidate, then emits only the winner."""
-    __slots__ = ("grid", "bytes", "peak", "emit")
-
-    def __init__(self, grid: Grid | None, nbytes: float, peak: float,
-                 emit: Callable[[], PValue]) -> None:
-        self.grid = grid
-        self.bytes = nbytes
-        self.peak = peak
-        self.emit = emit
-
-    def key(self) -> tuple[float, float]:
-        # Communication and per-device memory weigh the same, so a strategy that saves a
-        # little traffic by making an operand whole on every device loses to one that keeps
-        # tensors small; ties: fewer bytes on the wire, then the earlier candidate.
-        return (round(self.bytes + self.peak, 3), round(self.bytes, 3))
-
-
-def _itemsize(shape: Shape) -> float:
-    return element_bytes(shape.element_type)
-
-
-def _local_bytes(shape: Shape, s: HloSharding) -> float:
-    """Bytes of one device's piece of an array of ``shape`` sharded ``s``."""
-    dims = tile_shape(s, shape.dims) if s.is_tiled else tuple(shape.dims)
-    return float(math.prod(dims)) * _itemsize(shape)
-
-
-def _moves(ctx: PartitionContext, pairs: Sequence[tuple[PValue, HloSharding]]) -> tuple[float, float]:
-    """(bytes, largest new array) of resharding every value of ``pairs`` to its target."""
-    nbytes, peak = 0.0, 0.0
-    for pv, s in pairs:
-        b, p = reshard_price(ctx, pv, s)
-        nbytes, peak = nbytes + b, max(peak, p)
-    return nbytes, peak
-
-
-def _result_move(ctx: PartitionContext, shape: Shape, src: HloSharding,
-                 dst: HloSharding) -> tuple[float, float]:
-    """(bytes, largest new array) of taking a fresh result from ``src`` to ``dst``; the
-    piece ``dst`` leaves on each device counts as new."""
-    if src == dst:
-        return 0.0, _local_bytes(shape, dst)
-    size, n = _itemsize(shape), ctx.num_devices
-    return (reshard_cost(shape.dims, size, src, dst, n),
-            max(reshard_peak(shape.dims, size, src, dst, n), _local_bytes(shape, dst)))
-
-
 def _replicated_key(ctx: PartitionContext, inst: Instruction,
                     vals: Sequence[PValue]) -> tuple[float, float]:
-    """The price of ``handle_replicated``: every operand made whole, the whole result, its
-    piece cut out for the wanted sharding."""
-    moves = [(v, HloSharding.replicate()) for v in vals if not v.sharding.is_manual]
-    nbytes, peak = _moves(ctx, moves)
-    full = ctx.sharding_of(inst)
-    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
-    leaves = list(full.tuple_elements) if full.is_tuple else [full] * len(shapes)
-    for shape, s in zip(shapes, leaves):
-        peak = max(peak, _local_bytes(shape, HloSharding.replicate()))
-        if not (s.is_manual or s.is_maximal or s.subgroup_types):
-            b, _ = _result_move(ctx, shape, HloSharding.replicate(), s)
-            nbytes += b
-    return Strategy(None, nbytes, peak, lambda: None).key()
+    """The price of ``handle_replicated`` (strategy.replicated_price), as a key."""
+    price = replicated_price(ctx, inst.shape, vals, ctx.sharding_of(inst))
+    return Strategy(None, *price, lambda: None).key()
 
 
 # -- indices arithmetic -----------------------------------------------------------------------
@@ -389,15 +330,15 @@ def _price_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid
     op_s = grid.sharding_for("op", gd.rank)
     idx_s = grid.sharding_for("idx", gd.idx_rank)
     out_s = grid.sharding_for("out", gd.out_rank)
-    nbytes, peak = _moves(ctx, [(vals[0], op_s), (vals[1], idx_s)])
-    y = _local_bytes(inst.shape, out_s)
+    nbytes, peak = moves(ctx, [(vals[0], op_s), (vals[1], idx_s)])
+    y = local_bytes(inst.shape, out_s)
     peak = max(peak, y)
     triv = grid.axes("triv")
     if triv:
         k = int(math.prod(grid.arr.shape[a] for a in triv))
         nbytes += bytes_per_device("all-reduce", y, y, k)
-        peak = max(peak, _local_bytes(inst.operands[1].shape, idx_s))
-    b, p = _result_move(ctx, inst.shape, out_s, target)
+        peak = max(peak, local_bytes(inst.operands[1].shape, idx_s))
+    b, p = result_move(ctx, inst.shape, out_s, target)
     return nbytes + b, max(peak, p)
 
 
@@ -461,7 +402,7 @@ def _plan_and_emit(ctx: PartitionContext, inst: Instruction,
         cands = strategies(ctx.in_group(ctx.grouping.subgroup(groups)), inst, inner_vals,
                            inner_target)
         outer = ctx.sharding_of(inst)
-    best = min(cands, key=Strategy.key) if cands else None
+    best = cheapest(cands)
     if best is None or _replicated_key(ctx, inst, vals) < best.key():
         return handle_replicated(ctx, inst)
     pv = best.emit()
@@ -606,20 +547,20 @@ def _price_scatter(ctx: PartitionContext, inst: Instruction, sd: ScatterDims, gr
     idx_s = grid.sharding_for("idx", sd.idx_rank)
     upd_s = grid.sharding_for("upd", sd.upd_rank)
     out_s = grid.sharding_for("out", sd.rank)
-    nbytes, peak = _moves(ctx, [(vals[i], op_s) for i in range(n)] + [(vals[n], idx_s)]
+    nbytes, peak = moves(ctx, [(vals[i], op_s) for i in range(n)] + [(vals[n], idx_s)]
                           + [(vals[n + 1 + i], upd_s) for i in range(n)])
-    ys = [_local_bytes(inst.operands[i].shape, op_s) for i in range(n)]
+    ys = [local_bytes(inst.operands[i].shape, op_s) for i in range(n)]
     peak = max(peak, *ys)
     tiles = op_s.tile_dims_for_data(sd.rank) if op_s.is_tiled else (1,) * sd.rank
     if any(p in sd.index_map and tiles[p] > 1 for p in range(sd.rank)):
-        peak = max(peak, _local_bytes(inst.operands[n].shape, idx_s))
+        peak = max(peak, local_bytes(inst.operands[n].shape, idx_s))
     index = grid.axes("index")
     if index:
         k = int(math.prod(grid.arr.shape[a] for a in index))
         nbytes += sum(bytes_per_device("all-reduce", y, y, k) for y in ys)
     leaves = list(target.tuple_elements) if target.is_tuple else [target]
     for i, t in enumerate(leaves):
-        b, p = _result_move(ctx, inst.operands[i].shape, out_s, t)
+        b, p = result_move(ctx, inst.operands[i].shape, out_s, t)
         nbytes, peak = nbytes + b, max(peak, p)
     return nbytes, peak
 

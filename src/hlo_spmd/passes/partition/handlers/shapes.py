@@ -22,8 +22,9 @@ from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
     broadcast_operand_sharding, local_iota, with_kind_of as remake)
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets, partial_replicate,
-                               partial_replicate_all_except, reshape_sharding, tile_shape,
+from hlo_spmd.passes.partition.support.strategy import Strategy, moves, result_move
+from hlo_spmd.sharding import (HloSharding, ShardingType, partial_replicate,
+                               reshape_sharding, tile_shape,
                                transpose_sharding)
 from hlo_spmd.sharding.common import memoised
 
@@ -278,15 +279,36 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     return dynamic_slice_or(ctx, inst, target, lambda: _dynamic_slice_whole(ctx, inst, target))
 
 
-def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,
-                         target: HloSharding) -> PValue:
+def _whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
+    """``target`` with the sliced dims whole: what the generic dynamic-slice computes in."""
     operand = inst.operands[0]
     rank = operand.shape.rank
     sizes = list(inst.attrs.dynamic_slice_sizes)
     tiles = tiles_of(target, rank)
     sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
-    mid = partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
+    return partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
         if target.is_tiled else target
+
+
+def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,
+                         target: HloSharding) -> Strategy:
+    """The generic dynamic-slice as a priced plan: the operand resharded to
+    ``_whole_layout``, a local dynamic-slice, the result resharded to ``target``."""
+    mid = _whole_layout(inst, target)
+    operand = inst.operands[0]
+    nbytes, peak = moves(ctx, [(ctx.value(operand), mid)])
+    if mid.is_manual or target.is_manual:
+        b, p = 0.0, 0.0
+    else:
+        b, p = result_move(ctx, inst.shape, mid, target)
+    return Strategy(mid, nbytes + b, max(peak, p),
+                    lambda: _dynamic_slice_in(ctx, inst, target, mid))
+
+
+def _dynamic_slice_in(ctx: PartitionContext, inst: Instruction, target: HloSharding,
+                      mid: HloSharding) -> PValue:
+    operand = inst.operands[0]
+    rank = operand.shape.rank
     x = ctx.reshard(ctx.value(operand), mid).hlo
     starts = [ctx.operand(inst, 1 + d, REPLICATED) for d in range(rank)]
     local = tile_shape(mid, inst.shape.dims) if mid.is_tiled else tuple(inst.shape.dims)

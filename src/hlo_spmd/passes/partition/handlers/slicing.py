@@ -45,6 +45,7 @@ from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard_cost, reshard_price
+from hlo_spmd.passes.partition.support.strategy import Strategy, local_bytes
 from hlo_spmd.sharding import HloSharding, partial_replicate, tile_shape
 from hlo_spmd.passes.partition.halo import (  # noqa: F401  (the shared halo utility)
     _cut, _static_slice, device_scalar, exchange_window, mask_outside, plan_window,
@@ -178,8 +179,29 @@ def choose_compute_sharding(ctx: PartitionContext, inst: Instruction, target: Hl
 def _through(ctx: PartitionContext, inst: Instruction, target: HloSharding, moving,
              identity, cost, emit) -> PValue:
     mid = choose_compute_sharding(ctx, inst, target, moving, identity, cost)
+    return _emit_in(ctx, inst, target, mid, emit)
+
+
+def _emit_in(ctx: PartitionContext, inst: Instruction, target: HloSharding, mid: HloSharding,
+             emit) -> PValue:
     pv = emit(ctx, inst, mid)
     return pv if mid is target else ctx.reshard(pv, target)
+
+
+def through_strategy(ctx: PartitionContext, inst: Instruction, target: HloSharding, moving,
+                     identity, cost, emit) -> Strategy:
+    """``_through`` as a priced plan (for handlers that weigh it against a pattern of
+    their own, e.g. rotate.py): its bytes are ``cost`` of the chosen compute sharding plus
+    the reshard of the result to ``target`` (``inf`` when unknown); its largest new array
+    the result's piece in either layout."""
+    mid = choose_compute_sharding(ctx, inst, target, moving, identity, cost)
+    c = cost(mid)
+    nbytes = math.inf if c is None else c
+    if mid != target:
+        nbytes += reshard_cost(inst.shape.dims, itemsize(inst.shape), mid, target,
+                               ctx.num_devices)
+    peak = max(local_bytes(inst.shape, mid), local_bytes(inst.shape, target))
+    return Strategy(mid, nbytes, peak, lambda: _emit_in(ctx, inst, target, mid, emit))
 
 
 def _operand_plan(ctx: PartitionContext, operand: Instruction, s: HloSharding,
@@ -260,7 +282,7 @@ def handle_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     moving = [d for d in range(inst.shape.rank) if d not in identity]
     from hlo_spmd.passes.partition.support.rotate import shift_or  # pipeline shifts
 
-    return shift_or(ctx, inst, target, lambda: _through(
+    return shift_or(ctx, inst, target, lambda: through_strategy(
         ctx, inst, target, moving, identity, lambda s: _slice_cost(ctx, inst, s), _slice_emit))
 
 
@@ -436,7 +458,7 @@ def handle_concatenate(ctx: PartitionContext, inst: Instruction) -> PValue:
     identity = [d for d in range(inst.shape.rank) if d != dim]
     from hlo_spmd.passes.partition.support.rotate import rotate_or  # pipeline rotations
 
-    return rotate_or(ctx, inst, target, lambda: _through(
+    return rotate_or(ctx, inst, target, lambda: through_strategy(
         ctx, inst, target, [dim], identity, lambda s: _concat_cost(ctx, inst, s), _concat_emit))
 
 

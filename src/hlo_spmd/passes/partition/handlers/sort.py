@@ -1,38 +1,47 @@
-"""sort and top-k (opcode ``topk``).
+"""sort and top-k (opcode ``topk`` and the ``TopK`` custom-call).
 
-Along an unsharded dim both run per tile with no communication. Along a sharded dim:
+Along an unsharded dim both run per tile with no communication. Otherwise the handler
+lists its candidates with their prices in the one cost model (strategy.py: reshards from
+``reshard_price`` / ``reshard_cost``, collectives from collectives/cost.py, plus the
+largest new array), picks the cheapest and emits only that one:
 
-* sort moves the sharding off the sort dim onto another dim with an all-to-all (the
-  reshard route picks it), sorts locally and reshards back -- XLA's approach in
-  ``SpmdPartitioningVisitor::HandleSort``; the replicated fallback competes on bytes (a
-  rank-1 sort has no other dim);
-* top-k (also over a sharded last dim) is a local top-k of every shard (padding masked to
-  the losing extreme), its indices shifted to global positions, an all-gather of the k
+* per tile in a layout that leaves the sort dim whole: the result's or (top-k) the
+  operand's -- a batch-partitioned top-k runs on its row block and only the small
+  [rows, k] results move;
+* with the sort dim's tiling moved onto another dim by an all-to-all, sorted locally,
+  resharded back -- XLA's approach in ``SpmdPartitioningVisitor::HandleSort``;
+* top-k over the operand's tiled last dim: a local top-k of every shard (padding masked
+  to the losing extreme), its indices shifted to global positions, an all-gather of the k
   candidates per shard, and a final stable sort of the gathered candidates cut to k -- the
-  two-stage TopK of XLA's spmd_partitioner (``topk`` and the custom-call ``TopK``). It
-  competes with moving the sharding (as for sort) and with the replicated fallback.
+  two-stage TopK of XLA's spmd_partitioner;
+* the replicated fallback (reported when it is the one emitted; a rank-1 sort has no
+  other dim).
 
 Ties keep the lower global index first: candidates arrive in shard (= index) order, each
 shard's in top-k order, and the final sort is stable.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.support.choose import cheapest_or_replicated
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.support.local_dims import _common_leaf, _local, _sharded_dims
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import gather_groups, reshard
-from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate
+from hlo_spmd.passes.partition.support.strategy import (Strategy, cheapest, itemsize, local_bytes,
+                                                moves, replicated_price, result_leaves,
+                                                result_move)
+from hlo_spmd.sharding import HloSharding, device_offsets, partial_replicate, tile_shape
 
 
 def _plain_tiled(s: HloSharding) -> bool:
@@ -71,11 +80,59 @@ def _normalized(inst: Instruction, leaf: HloSharding) -> HloSharding:
         else leaf
 
 
-def _moved_local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloSharding,
-                 dim: int, other: int) -> PValue:
-    """Run the op per tile of ``leaf`` with ``dim``'s tiling moved to ``other``."""
-    pv = _local(ctx, inst, arrays, moved_sharding(leaf, dim, other))
-    return reshard(ctx, pv, _normalized(inst, leaf))
+def _computable(s: HloSharding) -> bool:
+    """A sharding the op can run in per tile (its operands resharded to it)."""
+    return s.is_tiled and not s.is_manual and not s.subgroup_types or s.is_replicated
+
+
+def _price_local(ctx: PartitionContext, inst: Instruction, arrays: int, c: HloSharding,
+                 wanted: HloSharding) -> tuple[float, float]:
+    """(bytes, largest new array) of running the op per tile of ``c``: the array operands
+    resharded to ``c``, the local op, its results resharded to ``wanted``."""
+    nbytes, peak = moves(ctx, [(ctx.value(o), c) for o in inst.operands[:arrays]])
+    for shape, leaf in result_leaves(ctx, inst.shape, wanted):
+        b, p = result_move(ctx, shape, c, leaf)
+        nbytes, peak = nbytes + b, max(peak, p, local_bytes(shape, c))
+    return nbytes, peak
+
+
+def _emit_local(ctx: PartitionContext, inst: Instruction, arrays: int, c: HloSharding,
+                wanted: HloSharding) -> PValue:
+    """The op per tile of ``c``, resharded to ``wanted``."""
+    return reshard(ctx, _local(ctx, inst, arrays, c), wanted)
+
+
+def _local_strategies(ctx: PartitionContext, inst: Instruction, arrays: int, dim: int,
+                      layouts: list[HloSharding], wanted: HloSharding) -> list[Strategy]:
+    """Running the op per tile: in each of ``layouts`` whose ``dim`` is whole, and in each
+    with ``dim``'s tiling moved to another dim (one all-to-all there and back, XLA's
+    ``HandleSort``)."""
+    shape = inst.operands[0].shape
+    comps: list[HloSharding] = []
+    for s in layouts:
+        if dim not in _sharded_dims(s):
+            comps.append(s)
+        elif _plain_tiled(s):
+            comps += [moved_sharding(s, dim, e) for e in _free_dims(s, shape, dim)]
+    out: list[Strategy] = []
+    for c in comps:
+        if not _computable(c) or c.is_replicated or any(c == o.grid for o in out):
+            continue
+        out.append(Strategy(c, *_price_local(ctx, inst, arrays, c, wanted),
+                            lambda c=c: _emit_local(ctx, inst, arrays, c, wanted)))
+    return out
+
+
+def _plan_and_emit(ctx: PartitionContext, inst: Instruction, cands: list[Strategy]) -> PValue:
+    """Emit the cheapest of ``cands`` unless the replicated fallback (priced the same
+    way, reported when it is the one emitted) is strictly cheaper."""
+    best = cheapest(cands)
+    vals = [ctx.value(o) for o in inst.operands]
+    fallback = Strategy(None, *replicated_price(ctx, inst.shape, vals, ctx.sharding_of(inst)),
+                        lambda: handle_replicated(ctx, inst))
+    if best is None or fallback.key() < best.key():
+        return fallback.emit()
+    return best.emit()
 
 
 @handles("sort")
@@ -89,11 +146,8 @@ def handle_sort(ctx: PartitionContext, inst: Instruction) -> PValue:
         return _local(ctx, inst, arrays, leaf)
     if not _plain_tiled(leaf):
         return handle_replicated(ctx, inst)
-    shape = inst.operands[0].shape
-    cands = [(lambda e=e: _moved_local(ctx, inst, arrays, leaf, dim, e))
-             for e in _free_dims(leaf, shape, dim)]
-    cands.append(lambda: handle_replicated(ctx, inst))
-    return cheapest_or_replicated(ctx, inst, cands)
+    wanted = _normalized(inst, leaf)
+    return _plan_and_emit(ctx, inst, _local_strategies(ctx, inst, arrays, dim, [leaf], wanted))
 
 
 def _k_largest(inst: Instruction) -> tuple[int, bool]:
@@ -104,17 +158,39 @@ def _k_largest(inst: Instruction) -> tuple[int, bool]:
     return int(inst.shape.tuple_shapes[0].dims[-1]), True
 
 
+def _two_stage_price(ctx: PartitionContext, inst: Instruction, src: HloSharding,
+                     wanted: HloSharding) -> tuple[float, float] | None:
+    """(bytes, largest new array) of ``_two_stage_topk``; None when a shard holds fewer
+    than k elements."""
+    op = inst.operands[0]
+    last = op.shape.rank - 1
+    k, _ = _k_largest(inst)
+    local = tile_shape(src, op.shape.dims)
+    if local[last] < k:
+        return None
+    t = src.tile_dims_for_data(op.shape.rank)[last]
+    rows = float(math.prod(local[:last]))
+    nbytes, peak = 0.0, 0.0
+    if op.shape.dims[last] % t:  # the padding is masked: a new local operand
+        peak = local_bytes(op.shape, src)
+    mid = partial_replicate(src, [last])
+    for shape, leaf in result_leaves(ctx, inst.shape, wanted):
+        gathered = rows * k * t * itemsize(shape)
+        nbytes += bytes_per_device("all-gather", gathered / t, gathered, t)
+        b, p = result_move(ctx, shape, mid, leaf)
+        nbytes, peak = nbytes + b, max(peak, gathered, p)
+    return nbytes, peak
+
+
 @with_cause("reduction")
 def _two_stage_topk(ctx: PartitionContext, inst: Instruction, src: HloSharding,
-                    leaf: HloSharding) -> PValue | None:
+                    wanted: HloSharding) -> PValue:
     b = ctx.b
     op = inst.operands[0]
     last = op.shape.rank - 1
     k, largest = _k_largest(inst)
     pv = ctx.value(op)
     x = pv.hlo
-    if x.shape.dims[last] < k:
-        return None
     et = x.shape.element_type
     # Padding must never win: fill it with the extreme that loses.
     x = mask_padding(ctx, pv, [last], pad_value_identity("maximum" if largest else "minimum", et))
@@ -135,36 +211,41 @@ def _two_stage_topk(ctx: PartitionContext, inst: Instruction, src: HloSharding,
            for i in range(2)]
     res = partial_replicate(src, [last])
     y = b.tuple(out, name=inst.name)
-    return reshard(ctx, PValue(y, inst.shape, HloSharding.tuple([res, res])),
-                   _normalized(inst, leaf))
+    return reshard(ctx, PValue(y, inst.shape, HloSharding.tuple([res, res])), wanted)
 
 
 @handles_custom_call("TopK")
 @handles("topk")
 def handle_topk(ctx: PartitionContext, inst: Instruction) -> PValue:
     """``topk`` and the ``TopK`` custom-call (same meaning: top k of the last dim, values
-    and s32 indices)."""
+    and s32 indices). Candidates, priced before one is emitted: per tile in the result's
+    layout or the operand's (when they leave the last dim whole; the other for free
+    otherwise), with a tiled last dim moved elsewhere, the two-stage top-k over the
+    operand's tiled last dim, and the replicated fallback."""
     if inst.opcode == "custom-call" and not (
             len(inst.operands) == 1 and inst.shape.is_tuple
             and len(inst.shape.tuple_shapes) == 2 and inst.operands[0].shape.rank >= 1):
         return handle_replicated(ctx, inst)
-    leaf = _common_leaf(ctx, inst, 2)
+    full = ctx.sharding_of(inst)
+    leaves = list(full.tuple_elements) if full.is_tuple else [full] * 2
+    if any(l.is_manual for l in leaves):
+        return handle_replicated(ctx, inst)
+    # Values and indices may want different layouts: both are computed in one, and each
+    # is resharded to its own.
+    leaf = leaves[0] if not leaves[0].is_maximal else leaves[1]
+    wanted = HloSharding.tuple(leaves)
     op = inst.operands[0]
     last = op.shape.rank - 1
     src = ctx.value(op).sharding
-    if leaf is None:
-        return handle_replicated(ctx, inst)
-    src_split = _plain_tiled(src) and last in _sharded_dims(src)
-    leaf_split = last in _sharded_dims(leaf)
-    if not src_split and not leaf_split:
-        return _local(ctx, inst, 1, leaf)
     cands = []
-    if src_split:
-        cands.append(lambda: _two_stage_topk(ctx, inst, src, leaf))
-    if leaf_split and _plain_tiled(leaf):
-        cands += [(lambda e=e: _moved_local(ctx, inst, 1, leaf, last, e))
-                  for e in _free_dims(leaf, op.shape, last)]
-    elif not leaf_split:
-        cands.append(lambda: _local(ctx, inst, 1, leaf))
-    cands.append(lambda: handle_replicated(ctx, inst))
-    return cheapest_or_replicated(ctx, inst, [c for c in cands])
+    if src == leaf and leaves[0] == leaves[1] and last not in _sharded_dims(leaf):
+        return _local(ctx, inst, 1, leaf)
+    if _plain_tiled(src) and last in _sharded_dims(src):
+        price = _two_stage_price(ctx, inst, src, wanted)
+        if price is not None:
+            cands.append(Strategy("two-stage", *price,
+                                  lambda: _two_stage_topk(ctx, inst, src, wanted)))
+    layouts = [l for l in leaves if not l.is_maximal] + (
+        [src] if _computable(src) and not src.is_replicated else [])
+    cands += _local_strategies(ctx, inst, 1, last, layouts, wanted)
+    return _plan_and_emit(ctx, inst, cands)

@@ -36,10 +36,11 @@ def _local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloShard
     operands = []
     for i, op in enumerate(inst.operands):
         operands.append(ctx.operand(inst, i, leaf if i < arrays else HloSharding.replicate()))
-    target = ctx.sharding_of(inst)
-    local = ctx.local_shape(inst.shape, target if inst.shape.is_tuple else leaf)
+    # Every result array is tiled like ``leaf`` (which need not be the instruction's own
+    # sharding: planners run the op in other layouts and reshard after).
     result_sharding = HloSharding.tuple([leaf] * len(inst.shape.tuple_shapes)) \
         if inst.shape.is_tuple else leaf
+    local = ctx.local_shape(inst.shape, result_sharding)
     return PValue(emit_like(ctx, inst, operands, local), inst.shape, result_sharding)
 
 

@@ -11,10 +11,12 @@ With x tiled along d into t tiles of L rows (D = t*L), the tile k of the result 
 two collective-permutes along d (one when r == 0 or q == 0), cyclic for a rotation;
 for a shift the tiles whose source lies outside x take the pad value. XLA recognises the
 same patterns (``SpmdPartitioningVisitor::HandleConcatenate`` rotate detection and
-``HandleSlice`` of a pad). The generic slice / concatenate path competes on bytes.
+``HandleSlice`` of a pad). Both the move and the generic slice / concatenate path are
+priced (strategy.py) and only the cheaper is emitted.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -23,10 +25,10 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.choose import cheapest
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.reshard import reshard
-from hlo_spmd.sharding import HloSharding
+from hlo_spmd.passes.partition.reshard import reshard, reshard_price
+from hlo_spmd.passes.partition.support.strategy import Strategy, cheapest, itemsize, local_bytes
+from hlo_spmd.sharding import HloSharding, tile_shape
 
 
 def _full_slice(inst: Instruction, skip: int) -> bool:
@@ -147,22 +149,50 @@ def _moved(ctx: PartitionContext, inst: Instruction, x_inst: Instruction, d: int
     return PValue(y, inst.shape, target)
 
 
+def _moved_price(ctx: PartitionContext, inst: Instruction, x_inst: Instruction, d: int,
+                 shift: int, target: HloSharding, cyclic: bool) -> tuple[float, float]:
+    """(bytes, largest new array) of ``_moved``: ``x`` resharded to ``target``, then each
+    of its at most two row ranges sent by one collective-permute (none when it stays)."""
+    nbytes, peak = reshard_price(ctx, ctx.value(x_inst), target)
+    local = tile_shape(target, x_inst.shape.dims)
+    L, t = local[d], target.tile_dims_for_data(x_inst.shape.rank)[d]
+    row = float(math.prod(v for i, v in enumerate(local) if i != d)) * itemsize(x_inst.shape)
+    q, r = divmod(shift, L)
+    for qq, lo, hi in ((q, r, L), (q + 1, 0, r)):
+        if hi <= lo or qq == 0 or (cyclic and qq % t == 0):
+            continue
+        if cyclic or any(0 <= k + qq < t for k in range(t)):
+            nbytes += (hi - lo) * row
+    return nbytes, max(peak, local_bytes(inst.shape, target))
+
+
+def _pick(ctx: PartitionContext, inst: Instruction, x: Instruction, d: int, s: int,
+          target: HloSharding, fill: Callable[[], Instruction] | None,
+          generic: Callable[[], Strategy]) -> PValue:
+    """Emit the cheaper of the collective-permute move (cyclic when ``fill``, which
+    emits the pad value, is None) and the generic path."""
+    moved = Strategy("moved", *_moved_price(ctx, inst, x, d, s, target, fill is None),
+                     lambda: _moved(ctx, inst, x, d, s, target,
+                                    fill() if fill is not None else None))
+    return cheapest([moved, generic()]).emit()
+
+
 def rotate_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
-              generic: Callable[[], PValue]) -> PValue:
+              generic: Callable[[], Strategy]) -> PValue:
     """The concatenate as a rotation when it is one (and cheaper), else ``generic``."""
     rot = rotation_of(inst)
     if rot is None or not _eligible(target, inst.shape, rot[1]):
-        return generic()
+        return generic().emit()
     x, d, s = rot
-    return cheapest(ctx, [lambda: _moved(ctx, inst, x, d, s, target, None), generic])
+    return _pick(ctx, inst, x, d, s, target, None, generic)
 
 
 def shift_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
-             generic: Callable[[], PValue]) -> PValue:
+             generic: Callable[[], Strategy]) -> PValue:
     """The slice of a pad as a shift when it is one (and cheaper), else ``generic``."""
     sh = shift_of(inst)
     if sh is None or not _eligible(target, inst.shape, sh[1]):
-        return generic()
+        return generic().emit()
     x, d, s, pad_value = sh
-    fill = ctx.operand(inst.operands[0], 1, HloSharding.replicate())
-    return cheapest(ctx, [lambda: _moved(ctx, inst, x, d, s, target, fill), generic])
+    return _pick(ctx, inst, x, d, s, target,
+                 lambda: ctx.operand(inst.operands[0], 1, HloSharding.replicate()), generic)
