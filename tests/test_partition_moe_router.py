@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module, load_module_bytes, module_bytes  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import run_unpartitioned, verify  # noqa: E402
 from hlo_spmd.runtime.inputs import sidecar_inputs  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
@@ -30,7 +30,7 @@ NAME = "moe_router_topk"
 def _load():
     meta = json.load(open(os.path.join(HLO, NAME + ".json")))
     data = open(os.path.join(HLO, NAME + ".pb"), "rb").read()
-    return meta, data, partition(load_module(os.path.join(HLO, NAME + ".pb")),
+    return meta, data, partition_in_place(load_module(os.path.join(HLO, NAME + ".pb")),
                                  meta["num_partitions"])
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("jax")
 
 from hlo_spmd.ir.io import load_module_bytes, module_bytes  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
-from hlo_spmd.passes.partition import partition  # noqa: E402
+from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
 from hlo_spmd.runtime import run_partitioned, run_unpartitioned  # noqa: E402
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
 from hlo_spmd.stats import module_stats  # noqa: E402
@@ -55,7 +55,7 @@ def _ties(module):
 def run_case(text, *, vs_xla=True):
     module = parse_module(text)
     original = module_bytes(module)
-    result = partition(module, N, complete=True)
+    result = partition_in_place(module, N, complete=True)
     assert not [f for f in result.report.replicated_fallbacks
                 if f[1] in ("sort", "topk", "custom-call")], result.report.replicated_fallbacks
     out = result.module
