@@ -117,7 +117,6 @@ OPCODE_SET_ALLOW_LIST = sorted([
     ('src/hlo_spmd/ir/text_parser.py', ('async-start', 'async-update')),
     ('src/hlo_spmd/ir/text_parser.py', ('collective-permute', 'collective-permute-start')),
     ('src/hlo_spmd/ir/text_parser.py', ('constant', 'parameter')),
-    ('src/hlo_spmd/ir/text_parser.py', ('constant', 'parameter')),
     ('src/hlo_spmd/ir/text_parser.py', ('scatter', 'select')),
     # Text syntax: walking an async chain back to its start.
     ('src/hlo_spmd/ir/text_printer.py', ('async-done', 'async-update')),

@@ -32,6 +32,7 @@ from typing import Any
 #: idempotent    a reducer with ``x op x == x``
 #: global-ids    carries ``use_global_device_ids`` (with a channel id and without it,
 #:               the collective is cross-replica-and-partition)
+#: device-id     its value is the id of the device that runs it
 #: newer         an opcode of a newer XLA than jaxlib 0.10.2 (its text parser rejects it)
 #: contraction   contracts operand dimensions (dot and convolution: one dims model)
 #: declared-*    shape inference takes part of the result from the declared shape:
@@ -44,7 +45,7 @@ from typing import Any
 #: follows-first PickRepresentativeOperand: the result follows operand 0
 #: follows-finest PickRepresentativeOperand: the result follows its most specific operand
 #:               (as elementwise ops do)
-_WORDS = frozenset({"newer", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
+_WORDS = frozenset({"newer", "device-id", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
                     "async", "control-flow", "applies", "to-apply", "accuracy", "linear",
                     "reducer", "idempotent", "global-ids", "contraction", "declared-shape",
                     "declared-type", "declared-dims", "declared-optional", "spatial",
@@ -140,7 +141,7 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "outfeed":                  (2, "side-effect"),
     "pad":                      (2, "spatial follows-first"),
     "parameter":                (0, "declared-shape"),
-    "partition-id":             (0, ""),
+    "partition-id":             (0, "device-id"),
     "popcnt":                   (1, "elementwise"),
     "power":                    (2, "elementwise follows-first"),
     "ragged-all-to-all":        (None, "collective follows-first"),
@@ -153,7 +154,7 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "reduce-scatter":           (None, "collective to-apply global-ids spatial follows-finest declared-optional"),
     "reduce-window":            (None, "applies to-apply spatial"),
     "remainder":                (2, "elementwise"),
-    "replica-id":               (0, ""),
+    "replica-id":               (0, "device-id"),
     "reshape":                  (1, "linear spatial pass-through declared-dims"),
     "reverse":                  (1, "linear spatial follows-first"),
     "rng":                      (None, "side-effect declared-shape"),
@@ -220,6 +221,7 @@ class OpcodeTraits:
     reducer: bool
     idempotent: bool
     global_device_ids: bool    # carries use_global_device_ids
+    device_id: bool            # its value is the running device's id
     in_jaxlib: bool            # known to jaxlib 0.10.2's text parser
     contraction: bool
     declared: str              # what shape inference takes from the declared shape:
@@ -246,6 +248,7 @@ def _make(name: str, arity: int | None, words: str) -> OpcodeTraits:
         control_flow="control-flow" in w, applies="applies" in w, to_apply="to-apply" in w,
         result_accuracy="accuracy" in w, linear="linear" in w, reducer="reducer" in w,
         idempotent="idempotent" in w, global_device_ids="global-ids" in w,
+        device_id="device-id" in w,
         in_jaxlib="newer" not in w, contraction="contraction" in w,
         declared=_one_of(name, w, "declared-", ("shape", "type", "dims", "optional")),
         spatial="spatial" in w, pass_through="pass-through" in w,
@@ -298,6 +301,7 @@ LINEAR_OPS = _where("linear")
 REDUCERS = _where("reducer")
 IDEMPOTENT_REDUCERS = _where("idempotent")
 GLOBAL_DEVICE_ID_COLLECTIVES = _where("global_device_ids")
+DEVICE_IDS = _where("device_id")
 CONTRACTIONS = _where("contraction")
 SPATIAL = _where("spatial")
 PASS_THROUGH = _where("pass_through")

@@ -49,6 +49,10 @@ def _is_known_opcode(op: str) -> bool:
 
 
 _ASYNC_SUGAR = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
+# Text syntax of the two leaves whose value is written in the instruction (a literal, a
+# parameter number): they take no operands, are never async-wrapped and have no shape to
+# infer.
+_VALUE_LEAVES = ("parameter", "constant")
 _RESULT_ACCURACY_OPS = _opcodes.RESULT_ACCURACY
 _COLLECTIVE_GROUPS = {"replica_groups", "channel_id", "constrain_layout"}
 _DOT_ATTRS = {"lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims",
@@ -1199,7 +1203,7 @@ class _Parser:
                     break
             else:
                 raise c.error(f"unknown opcode '{opcode}'", op_pos)
-            if opcode in ("parameter", "constant"):
+            if opcode in _VALUE_LEAVES:
                 raise c.error(f"'{opcode}' cannot be wrapped in an async op", op_pos)
         # For the async sugar (``custom-call-start``) ``opcode`` is the wrapped opcode and
         # the attributes are parsed as the wrapped instruction's.
@@ -1249,7 +1253,7 @@ class _Parser:
         arity = XLA_OPCODES.get(opcode)
         if async_kind is not None:
             arity = None if async_kind == "async-start" else 1
-        if arity is not None and opcode not in ("parameter", "constant") and \
+        if arity is not None and opcode not in _VALUE_LEAVES and \
                 len(x.operands) != arity:
             raise c.error(f"'{opcode}' expects {arity} operands, but has {len(x.operands)} "
                           "operands", op_pos)
@@ -1287,7 +1291,7 @@ class _Parser:
         """The result shape of an instruction written without one (XLA's parser infers
         it). Only for opcodes that call no computation: their shape is known here."""
         c = self.c
-        if async_kind is not None or x.calls or x.opcode in ("parameter", "constant"):
+        if async_kind is not None or x.calls or x.opcode in _VALUE_LEAVES:
             raise c.error(f"expected the result shape of '{x.name}' (it cannot be inferred "
                           f"for {x.opcode})", shape_pos)
         from hlo_spmd.errors import VerifierError

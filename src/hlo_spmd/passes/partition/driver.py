@@ -19,7 +19,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
                                                PartitionReport)
-from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, DEVICE_IDS, SIDE_EFFECTING
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
@@ -107,11 +107,7 @@ def _on_device_runs_as_written(inst: Instruction) -> bool:
     operands); side effects keep their handlers (run under a conditional on the owner),
     as do device ids, control flow, collectives and custom-calls."""
     return (_manual_runs_as_written(inst) and inst.opcode not in SIDE_EFFECTING
-            and inst.opcode not in _DEVICE_IDS)
-
-
-# Their meaning depends on which device runs them: their handlers decide.
-_DEVICE_IDS = frozenset({"partition-id", "replica-id"})
+            and inst.opcode not in DEVICE_IDS)
 
 
 def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
