@@ -129,9 +129,7 @@ OPCODE_SET_ALLOW_LIST = sorted([
     # switch statements too).
     ('src/hlo_spmd/passes/propagation/coverage.py', ('constant', 'infeed', 'iota')),
     ('src/hlo_spmd/passes/propagation/coverage.py', ('parameter', 'while')),
-    ('src/hlo_spmd/passes/propagation/engine.py', ('call', 'conditional')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('concatenate', 'dynamic-slice')),
-    ('src/hlo_spmd/passes/propagation/engine.py', ('custom-call', 'parameter')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('reduce', 'reduce-window', 'sort')),
     ('src/hlo_spmd/passes/propagation/forward.py', ('get-tuple-element', 'parameter')),
     ('src/hlo_spmd/passes/propagation/graph.py', ('bitcast-convert', 'custom-call')),

@@ -501,7 +501,9 @@ class Propagator:
             owner = self.graph.owner(inst)
             if owner is not None:
                 propagate_to(owner)
-                if inst.opcode == "parameter" and owner.opcode in ("conditional", "call"):
+                if inst.opcode == "parameter":
+                    # (a branch's / callee's parameter and the caller's operand; a
+                    # while's parameter relates to nothing of its own: ``related``)
                     propagate_to(inst)
 
     # -- setup ----------------------------------------------------------------------------------
@@ -790,16 +792,11 @@ class Propagator:
 
     def _after_change(self, inst: Instruction) -> None:
         """``inst``'s sharding changed: computation propagation, then the caches."""
-        op = inst.opcode
-        if op in CONTROL_FLOW or op == "custom-call" or op == "parameter" or \
-                self.graph.is_root(inst):   # (else computation_propagation does nothing)
-            changed: list[Instruction] = []
-            self.computation_propagation(inst, changed)
-            self._clear_cache(inst)
-            for h in changed:
-                self._clear_cache(h)
-        else:
-            self._clear_cache(inst)
+        changed: list[Instruction] = []
+        self.computation_propagation(inst, changed)
+        self._clear_cache(inst)
+        for h in changed:
+            self._clear_cache(h)
 
     def run(self) -> None:
         self.setup()
