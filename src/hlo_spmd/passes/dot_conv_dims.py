@@ -154,7 +154,9 @@ class DotDims(FrozenRecord):
         covers the whole dim; the per-shard window shrinks with it) and size-1 windows."""
         if d.spatial < 0:
             return True
-        if d in self.contracting:
+        if d in self.contracting or d in self.batch:
+            # (a batch-like window pairs input row i with kernel row i: rewritten for the
+            # shard's size by batch_window)
             return True
         if d in self.lhs_non_contracting:
             return True
@@ -270,12 +272,20 @@ class DotDims(FrozenRecord):
         out[c.out_batch] = int(lhs[c.in_batch]) // c.batch_group_count
         out[c.out_feature] = int(rhs[c.k_out])
         whole = self._whole_window_spatial
+        paired = self._batch_window_spatial
         for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
             # A contracting-like window spans the whole dim at any size (the per-shard
-            # window shrinks with the shard, see local_convolution): one position. The
-            # recorded window is the global one, wider than a per-group shard.
-            out[o] = 1 if i in whole else self.window[i].output_size(int(lhs[l]))
+            # window shrinks with the shard, see local_convolution): one position; a
+            # batch-like one pairs every input row with one output row. The recorded
+            # window is the global one, wider than a per-group shard.
+            out[o] = 1 if i in whole else int(lhs[l]) if i in paired else \
+                self.window[i].output_size(int(lhs[l]))
         return tuple(out)
+
+    @cached_property
+    def _batch_window_spatial(self) -> frozenset[int]:
+        """Window indices of the batch-like spatial dims (``_spatial_is_batch``)."""
+        return frozenset(d.spatial for d in self.batch if d.spatial >= 0)
 
     @cached_property
     def _whole_window_spatial(self) -> frozenset[int]:
@@ -333,6 +343,16 @@ def _spatial_is_batch(lhs_size: int, wd: WindowDim) -> bool:
             and wd.padding_low == lhs_size - 1 and wd.window_reversal
             and wd.window_dilation == 1 and wd.stride == lhs_size
             and wd.base_dilation == lhs_size - 1)
+
+
+def batch_window(w: WindowDim, size: int) -> WindowDim:
+    """The batch-like window ``w`` (one of ``_spatial_is_batch``'s forms) for an input dim
+    of ``size`` (a shard of the dim): input row i still meets kernel row i only."""
+    if w.window_reversal:
+        return WindowDim(size, size, size - 1, size - 1, 1, max(1, size - 1), True)
+    if w.window_dilation > 1:
+        return WindowDim(size, 1, 0, 0, max(1, size - 1), size, False)
+    return WindowDim(size, max(1, size - 1), 0, 0, 1, size, False)
 
 
 def parse_conv(inst: Instruction) -> DotDims:
