@@ -58,10 +58,11 @@ from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.propagation.gather_scatter import (gather_parallel_dims,
                                                         scatter_parallel_dims)
 from hlo_spmd.passes.partition.reshard import reshard
-from hlo_spmd.passes.partition.support.strategy import (Strategy, cheapest, local_bytes, moves,
-                                                replicated_price, result_move)
-from hlo_spmd.sharding import (HloSharding, device_offsets, group_by_dims,
-                               partial_replicate_all_except)
+from hlo_spmd.passes.partition.support.strategy import (Strategy, cheapest, itemsize,
+                                                        local_bytes, moves, replicated_price,
+                                                        result_move)
+from hlo_spmd.sharding import (HloSharding, device_offsets,
+                               partial_replicate_all_except, tile_shape)
 
 PRED = PrimitiveType.PRED
 
@@ -297,11 +298,14 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
             v = parts[k]
             parts[k] = b.subtract(v, _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v))
         for p in triv:
+            if gd.sizes[p] > 1:  # a wide window: every shard also holds the rows after it
+                x = _extend_by_window(ctx, x, op_s, op_shape.dims, p, gd.sizes[p])
+        for p in triv:
             k = gd.index_map.index(p)
             v = parts[k]
             # The unpartitioned gather clamps the start into the operand: clamp first, then
-            # the row belongs to exactly one shard.
-            c = b.clamp(b.scalar(0, v), v, b.scalar(op_shape.dims[p] - 1, v))
+            # the window's start row belongs to exactly one shard.
+            c = b.clamp(b.scalar(0, v), v, b.scalar(op_shape.dims[p] - gd.sizes[p], v))
             start = _bcast(ctx, _shard_start(ctx, op_s, op_shape.dims, p, v), v)
             end = b.add(start, _bcast(ctx, b.scalar(local_rows[p], v), v))
             ok = b.and_(b.compare(c, start, "GE"), b.compare(c, end, "LT"))
@@ -323,6 +327,34 @@ def _emit_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid:
     return reshard(ctx, PValue(y, inst.shape, out_s), target)
 
 
+def _window_extension(op_s: HloSharding, dims, p: int, width: int):
+    """(tiles, local rows, starts, extended rows) of shards along ``p`` that also hold the
+    ``width - 1`` rows after them (so a window starting in the shard is local)."""
+    t = op_s.tile_dims_for_data(len(dims))[p]
+    rows = -(-int(dims[p]) // t)
+    return t, rows, np.arange(t, dtype=np.int64) * rows, rows + int(width) - 1
+
+
+def _extend_by_window(ctx: PartitionContext, x: Instruction, op_s: HloSharding, dims,
+                      p: int, width: int) -> Instruction:
+    from hlo_spmd.passes.partition.halo import exchange_window, tile_index_table
+
+    _, _, starts, ext = _window_extension(op_s, dims, p, width)
+    return exchange_window(ctx, x, op_s, op_s, p, int(dims[p]), starts, ext,
+                           tile_index_table(ctx, op_s, p))
+
+
+def _window_extension_bytes(shape: Shape, op_s: HloSharding, p: int, width: int) -> float:
+    """Bytes per device ``_extend_by_window`` sends (halo.plan_window's rows)."""
+    from hlo_spmd.passes.partition.halo import plan_window
+
+    t, rows, starts, ext = _window_extension(op_s, shape.dims, p, width)
+    plan = plan_window(t, t, rows, int(shape.dims[p]), starts, ext)
+    local = tile_shape(op_s, shape.dims)
+    row = math.prod(int(v) for k, v in enumerate(local) if k != p) * itemsize(shape)
+    return plan.rows * row
+
+
 def _price_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid: Grid,
                   target: HloSharding, vals: Sequence[PValue]) -> tuple[float, float]:
     """(bytes, largest new array) of ``_emit_gather`` with ``grid``: what it reshards, the
@@ -338,6 +370,10 @@ def _price_gather(ctx: PartitionContext, inst: Instruction, gd: GatherDims, grid
         k = int(math.prod(grid.arr.shape[a] for a in triv))
         nbytes += bytes_per_device("all-reduce", y, y, k)
         peak = max(peak, local_bytes(inst.operands[1].shape, idx_s))
+        tiles = op_s.tile_dims_for_data(gd.rank)
+        for q in gd.index_map:
+            if tiles[q] > 1 and gd.sizes[q] > 1:
+                nbytes += _window_extension_bytes(inst.operands[0].shape, op_s, q, gd.sizes[q])
     b, p = result_move(ctx, inst.shape, out_s, target)
     return nbytes + b, max(peak, p)
 
@@ -362,7 +398,12 @@ def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[
         gd.parallel = dict(zip(implicit.operand, implicit.indices))
     op_dims = inst.operands[0].shape.dims
     n = ctx.num_devices
-    op_labels = gd.operand_labels(op_dims)
+    op_labels = gd.operand_op_labels(op_dims)
+    for p in gd.index_map:
+        # A window wider than one row on an indexed dim: read where its start row lives,
+        # from the shard extended by the rows after it (a windowed read, not the whole dim).
+        if op_labels[p] is None and 1 < gd.sizes[p] < int(op_dims[p]):
+            op_labels[p] = ("triv", (("op", p),))
     from_op = grid_from(vals[0].sharding, gd.rank, op_labels)
     idx_s = vals[1].sharding
     idx_index = grid_from(idx_s, gd.idx_rank, only(gd.index_labels(), "index"))

@@ -24,6 +24,7 @@ from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.support.strategy import Strategy, moves, result_move
 from hlo_spmd.sharding import (HloSharding, ShardingType, partial_replicate,
+                               partial_replicate_all_except,
                                reshape_sharding, tile_shape,
                                transpose_sharding)
 from hlo_spmd.sharding.common import memoised
@@ -112,6 +113,11 @@ def handle_reshape(ctx: PartitionContext, inst: Instruction) -> PValue:
                                                               fwd):
             y = b.reshape(pv.hlo, tile_shape(fwd, out_dims), name=inst.name)
             return ctx.reshard(PValue(y, inst.shape, fwd), target)
+    # 2b. The operand's tiling kept on the major dims of its reshape groups only (the
+    # minor ones gathered), when that maps; the result then reshards from there.
+    out = _reshape_major_dims_only(ctx, inst, pv, target)
+    if out is not None:
+        return out
     # 3. Uneven merges / splits: reshape the local tiles, then exchange halos.
     out = _reshape_with_halos(ctx, inst, pv, target)
     if out is not None:
@@ -155,6 +161,37 @@ def _reshape_groups(in_dims, out_dims) -> list[tuple[list[int], list[int]]] | No
                 return None
         groups.append((gi, gj))
     return groups
+
+
+def _reshape_major_dims_only(ctx: PartitionContext, inst: Instruction, pv: PValue,
+                             target: HloSharding) -> PValue | None:
+    from hlo_spmd.passes.partition.reshard import reshard_cost, reshard_price
+
+    src = pv.sharding
+    in_dims, out_dims = inst.operands[0].shape.dims, inst.shape.dims
+    groups = _reshape_groups(in_dims, out_dims)
+    if groups is None or not src.is_tiled or src.subgroup_types and any(
+            t != ShardingType.REPLICATED for t in src.subgroup_types):
+        return None
+    major = [next((i for i in gi if int(in_dims[i]) > 1), None) for gi, _ in groups]
+    keep = [i for i in major if i is not None]
+    if all(t == 1 for k, t in enumerate(src.tile_dims_for_data()) if k not in keep):
+        return None  # nothing to strip: step 2 already tried this sharding
+    kept = partial_replicate_all_except(src, keep)
+    try:
+        fwd = reshape_sharding(kept, in_dims, out_dims) if kept.is_tiled else None
+    except Exception:
+        fwd = None
+    if fwd is None or not fwd.is_tiled or not _maps_exactly(kept, in_dims, out_dims, fwd):
+        return None
+    itemsize = element_bytes(pv.base_shape.element_type)
+    cost = reshard_price(ctx, pv, kept)[0] + reshard_cost(out_dims, itemsize, fwd, target,
+                                                          ctx.num_devices)
+    if cost >= reshard_price(ctx, pv, REPLICATED)[0]:
+        return None
+    x = ctx.reshard(pv, kept).hlo
+    y = ctx.b.reshape(x, tile_shape(fwd, out_dims), name=inst.name)
+    return ctx.reshard(PValue(y, inst.shape, fwd), target)
 
 
 def _halo_reshape_plan(target: HloSharding, in_dims, out_dims):
