@@ -178,3 +178,24 @@ def _fallbacks(text):
     from hlo_spmd.passes.partition import partition
 
     return partition(parse_module(text), 8, complete=True).report.replicated_fallbacks
+
+
+# -- reverse of an unevenly tiled dim whose operand is already in mirrored order --------------
+@pytest.mark.parametrize("n,shape,dims,op_s,out_s", [
+    (2, "f32[3]", "0", "{devices=[2]0,1}", "{devices=[2]1,0}"),
+    (4, "f32[10]", "0", "{devices=[4]<=[4]}", "{devices=[4]3,2,1,0}"),
+    (8, "f32[10,5]", "0,1", "{devices=[4,2]<=[8]}", "{devices=[4,2]7,6,5,4,3,2,1,0}"),
+    (8, "f32[10,6]", "0", "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[4,1,2]6,7,4,5,2,3,0,1 last_tile_dim_replicate}"),
+])
+def test_uneven_reverse_from_mirrored_operand_shifts_by_the_padding(n, shape, dims, op_s,
+                                                                     out_s):
+    # Reversing each device's piece locally gives the reverse of the padded array: the
+    # result shifted by the padding, one halo from a neighbour (XLA moves the same).
+    text = f"""HloModule m
+ENTRY %main (p: {shape}) -> {shape} {{
+  %p = {shape} parameter(0), sharding={op_s}
+  ROOT %r = {shape} reverse(%p), dimensions={{{dims}}}, sharding={out_s}
+}}
+"""
+    check(text, n)
