@@ -25,6 +25,7 @@ PINNED = {
     "dot.handle_dot": ["dot"],
     "gather_scatter.handle_gather": ["gather"],
     "gather_scatter.handle_scatter": ["scatter"],
+    "linalg.handle_batched_matrix_op": ["cholesky", "triangular-solve"],
     "convolution.handle_convolution": ["convolution"],
     "misc.handle_add_dependency": ["add-dependency"],
     "misc.handle_after_all": ["after-all"],

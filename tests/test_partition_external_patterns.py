@@ -130,3 +130,72 @@ ENTRY %main (x: f32[{rows},6,3], r: s32[{rows},5,1], u: f32[{rows},5,3]) -> f32[
 """
     out, ours = check(text, 8)
     assert ours == 0
+
+
+# -- cholesky / triangular-solve: independent across the batch dims ---------------------------
+_SPD = """  %xt = f32[10,8,8] dot(%x, %x), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}, sharding={devices=[2,2,2]<=[8]}
+  %r = s32[10,8,8] iota(), iota_dimension=1
+  %c = s32[10,8,8] iota(), iota_dimension=2
+  %eye = pred[10,8,8] compare(%r, %c), direction=EQ
+  %k8 = f32[] constant(8)
+  %k0 = f32[] constant(0)
+  %eight = f32[10,8,8] broadcast(%k8), dimensions={}
+  %zero = f32[10,8,8] broadcast(%k0), dimensions={}
+  %diag = f32[10,8,8] select(%eye, %eight, %zero)
+  %a = f32[10,8,8] add(%xt, %diag), sharding={devices=[2,2,2]<=[8]}
+"""
+
+
+def test_cholesky_keeps_batch_sharding():
+    # A symmetric positive definite batch (x x^T + 8 I), sharded on batch and on both
+    # matrix dims: only the matrix dims are gathered (XLA does the same).
+    text = f"""HloModule m
+ENTRY %main (x: f32[10,8,8]) -> f32[10,8,8] {{
+  %x = f32[10,8,8] parameter(0), sharding={{devices=[2,2,2]<=[8]}}
+{_SPD}  ROOT %l = f32[10,8,8] cholesky(%a), lower=true, sharding={{devices=[2,2,2]<=[8]}}
+}}
+"""
+    out, _ = check(text, 8)
+    assert not [f for f in _fallbacks(text) if f[1] == "cholesky"]
+
+
+@pytest.mark.parametrize("left", ["true", "false"])
+def test_triangular_solve_keeps_batch_sharding(left):
+    b_shape = "f32[10,8,6]" if left == "true" else "f32[10,6,8]"
+    text = f"""HloModule m
+ENTRY %main (x: f32[10,8,8], b: {b_shape}) -> {b_shape} {{
+  %x = f32[10,8,8] parameter(0), sharding={{devices=[2,2,2]<=[8]}}
+{_SPD}  %b = {b_shape} parameter(1), sharding={{devices=[2,2,2]<=[8]}}
+  ROOT %s = {b_shape} triangular-solve(%a, %b), left_side={left}, lower=true, transpose_a=NO_TRANSPOSE, sharding={{devices=[2,2,2]<=[8]}}
+}}
+"""
+    check(text, 8)
+    assert not [f for f in _fallbacks(text) if f[1] == "triangular-solve"]
+
+
+def _fallbacks(text):
+    from hlo_spmd.ir.text_parser import parse_module
+    from hlo_spmd.passes.partition import partition_in_place
+
+    return partition_in_place(parse_module(text), 8, complete=True).report.replicated_fallbacks
+
+
+# -- reverse of an unevenly tiled dim whose operand is already in mirrored order --------------
+@pytest.mark.parametrize("n,shape,dims,op_s,out_s", [
+    (2, "f32[3]", "0", "{devices=[2]0,1}", "{devices=[2]1,0}"),
+    (4, "f32[10]", "0", "{devices=[4]<=[4]}", "{devices=[4]3,2,1,0}"),
+    (8, "f32[10,5]", "0,1", "{devices=[4,2]<=[8]}", "{devices=[4,2]7,6,5,4,3,2,1,0}"),
+    (8, "f32[10,6]", "0", "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[4,1,2]6,7,4,5,2,3,0,1 last_tile_dim_replicate}"),
+])
+def test_uneven_reverse_from_mirrored_operand_shifts_by_the_padding(n, shape, dims, op_s,
+                                                                     out_s):
+    # Reversing each device's piece locally gives the reverse of the padded array: the
+    # result shifted by the padding, one halo from a neighbour (XLA moves the same).
+    text = f"""HloModule m
+ENTRY %main (p: {shape}) -> {shape} {{
+  %p = {shape} parameter(0), sharding={op_s}
+  ROOT %r = {shape} reverse(%p), dimensions={{{dims}}}, sharding={out_s}
+}}
+"""
+    check(text, n)

@@ -1221,6 +1221,9 @@ class _Parser:
             a.parameter_number = num
             c.expect(")", "expects ')' after parameter number")
         elif opcode == "constant":
+            if shape is None:  # the literal is read in its shape
+                raise c.error(f"expected the result shape of '{name}' (it cannot be "
+                              f"inferred for constant)", shape_pos)
             lpos = c.skip_ws()
             if c.text.startswith("{...}", lpos) and shape.is_tuple:
                 raise c.error("constant values are elided ({...}); print with large constants",
@@ -1291,7 +1294,7 @@ class _Parser:
         """The result shape of an instruction written without one (XLA's parser infers
         it). Only for opcodes that call no computation: their shape is known here."""
         c = self.c
-        if async_kind is not None or x.calls or x.opcode in _VALUE_LEAVES:
+        if async_kind is not None or x.calls:
             raise c.error(f"expected the result shape of '{x.name}' (it cannot be inferred "
                           f"for {x.opcode})", shape_pos)
         from hlo_spmd.errors import VerifierError

@@ -7,7 +7,7 @@ from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, HANDLERS, H
 
 FAMILIES = (
     "basic", "elementwise", "control_flow", "misc", "reduce", "slicing", "shapes", "dot",
-    "sort", "gather_scatter", "convolution", "windows", "batch_norm",
+    "sort", "gather_scatter", "convolution", "windows", "batch_norm", "linalg",
 )
 
 for _family in FAMILIES:

@@ -477,15 +477,21 @@ def handle_reverse(ctx: PartitionContext, inst: Instruction) -> PValue:
     sharded = [d for d in rdims if tiles[d] > 1]
     pv = ctx.value(operand)
     dims = operand.shape.dims
-    if sharded and all(dims[d] % tiles[d] == 0 for d in sharded):
-        # Even: the operand tiled in mirrored order reverses locally.
-        mirrored = reverse_sharding(target, sharded)
-        if pv.sharding == mirrored:
-            x = ctx.b.reverse(pv.hlo, rdims, name=inst.name)
-            return PValue(x, inst.shape, target)
+    out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
+    if sharded and pv.sharding == reverse_sharding(target, sharded):
+        # The operand tiled in mirrored order reverses locally into the reverse of the
+        # padded array, which is the result shifted by the padding: even dims are done,
+        # uneven ones move each tile's window by the padding (a halo from one neighbour).
+        x = ctx.b.reverse(pv.hlo, rdims, name=inst.name)
+        for d in sharded:
+            o, t = out_local[d], tiles[d]
+            pad = o * t - dims[d]
+            if pad:
+                x = exchange_window(ctx, x, target, target, d, o * t,
+                                    pad + np.arange(t) * o, o, tile_index_table(ctx, target, d))
+        return PValue(x, inst.shape, target)
     xs = keep_only_tiled(target, pv.sharding, rank, sharded)
     x = ctx.reshard(pv, xs).hlo
-    out_local = tile_shape(target, inst.shape.dims) if target.is_tiled else inst.shape.dims
     for d in sharded:
         o, t = out_local[d], tiles[d]
         tidx = tile_index_table(ctx, target, d)
