@@ -122,6 +122,20 @@ def _local_pricer(pricer: Pricer, groups, cands, incumbent, completed, mesh, n_d
     return LocalPricer(probe, local_groups, cands, incumbent, completed, mesh, n_dev)
 
 
+def _parameter_bytes(module: Module, assignment: Mapping, mesh) -> float:
+    """Per-device bytes of the entry parameters under ``assignment`` (unassigned ones
+    whole): a lower bound of the peak, all of them being live when the program starts."""
+    from hlo_spmd.ir.primitive_types import element_bytes
+    from hlo_spmd.search.local import local_bytes
+
+    total = 0.0
+    for p in module.entry.parameters:
+        if p.shape.is_array:
+            spec = assignment.get(p.parameter_number, (None,) * p.shape.rank)
+            total += local_bytes(p.shape.dims, element_bytes(p.shape.element_type), spec, mesh)
+    return total
+
+
 def _no_fit(pricer: Pricer, limit: int | None):
     peaks = [p.peak for p in pricer.cache.values() if p is not None]
     smallest = min(peaks) if peaks else None
@@ -234,20 +248,35 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     priced_baselines: dict[str, tuple[dict[int, Spec], Price | None]] = {}
     moves = sum(len(c) - 1 for c in cands)
     local = len(probe.entry.instructions) * moves > EXACT_WORK
-    for name, assignment in named.items():
-        # (local pricing pins slice borders to the incumbent's completed shardings, and
-        # the best baseline is the incumbent: keep them rather than partition it again)
-        priced_baselines[name] = (assignment, pricer.price(assignment, keep=local))
-    if own:
-        priced_baselines["annotations"] = ({}, pricer.price({}))
-
-    seeds = [] if local and priced_baselines else [[0] * len(groups)]
-    for assignment, _ in priced_baselines.values():
+    def project(assignment: Mapping) -> list[int]:
+        """A baseline as a choice per group (its first member's spec)."""
         seed = []
         for g, members in enumerate(groups):
             spec = assignment.get(member_key(members[0]))
             seed.append(cands[g].index(spec) if spec in cands[g] else 0)
-        seeds.append(seed)
+        return seed
+
+    for name, assignment in named.items():
+        if not local:
+            priced_baselines[name] = (assignment, pricer.price(assignment))
+            continue
+        # Large modules: a baseline is priced as its projection on the groups (outputs
+        # follow their parameters), which is the seed the search starts from, and its
+        # completed shardings are kept (slice borders are pinned to the incumbent's); one
+        # whose parameters alone exceed the limit cannot fit and is not partitioned.
+        full = expand(project(assignment))
+        if limit is not None and _parameter_bytes(probe, full, axes) > limit:
+            priced_baselines[name] = (full, None)
+        else:
+            priced_baselines[name] = (full, pricer.price(full, keep=True))
+    if own:
+        priced_baselines["annotations"] = ({}, pricer.price({}))
+
+    seeds = [] if local and any(p is not None for _, p in priced_baselines.values()) \
+        else [[0] * len(groups)]
+    for assignment, p in priced_baselines.values():
+        if p is not None or not local:
+            seeds.append(project(assignment))
     incumbent = min(seeds, key=key_of)
     done_rounds = 0
     local_pricer = None
