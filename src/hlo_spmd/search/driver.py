@@ -1,11 +1,13 @@
-"""The sharding search: entry-parameter shardings chosen by rounds of an integer program
-(:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices, every candidate priced by
-completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
+"""The sharding search: entry-parameter and output shardings chosen by rounds of an
+integer program (:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices.
 
 1. Decision space (:mod:`~hlo_spmd.search.candidates`): each free entry parameter
    (not annotated in the module nor by ``shard``: those are constraints kept) picks a
    mesh-axis assignment; parameters of one structural group share the pick, and so do
    groups whose parameters are combined elementwise (a weight and its optimizer states).
+   Unless the module fixes its result's sharding, each output is a decision too: with
+   the group of the parameter it is computed from elementwise (an updated weight), or
+   in a group of its own.
 2. Starting points: all replicated and the named baselines
    (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; the best
    priced one is the incumbent.
@@ -14,12 +16,19 @@ completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
    moves (interaction deltas); solve the integer program for its ``top_k`` best
    assignments; price each exactly; the best becomes the incumbent if it beats it (by
    :func:`~hlo_spmd.search.pricing.price_key`). Rounds stop when nothing improves.
-4. The winner's output sharding (what completion gave the root) is written as the
-   root's annotation, and the annotated module is partitioned once more: that program's
-   figures are the ones reported and checked against the memory limit.
+   Prices are whole-module partitions (:mod:`~hlo_spmd.search.pricing`) while
+   ``instructions x moves`` stays under ``EXACT_WORK``; above it (a 28-layer step), one
+   round prices the moves on slices of one representative layer
+   (:mod:`~hlo_spmd.search.local`), the baselines are priced whole as the seeds they
+   are, and the solver's assignment is partitioned whole once and kept only if it
+   beats the incumbent.
+4. The annotated module is partitioned once more: that program's figures are the
+   ones reported and checked against the memory limit.
 
-Completion fills in every other instruction, so intermediate values follow the
-parameters; no sharding constraints are inserted inside the program.
+Completion fills in every other instruction; no sharding constraints are inserted
+inside the program (the expert annotations of the generated training step owe much of
+their figures to constraints on activations and gradients, which this search does not
+choose).
 """
 from __future__ import annotations
 
