@@ -206,8 +206,8 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     ``shard``: annotations kept as constraints (the ``partition`` API's form).
     ``progress`` is called with the name of each step (the library never prints)."""
     from hlo_spmd.annotations import normalize_annotations
-    from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards, parse_mesh
-    from hlo_spmd.api import annotate, copy_module, load, partition_owned
+    from hlo_spmd.annotations.cli_spec import parse_mesh
+    from hlo_spmd.api import annotate, copy_module, load
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd.search.baselines import baselines
     from hlo_spmd.search.report import build_report
