@@ -168,3 +168,56 @@ def test_cli_search_impossible_budget_and_bad_size(tmp_path):
     r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "lots",
               "-o", str(out), "-q"])
     assert r.exit_code == 2 and "bad size" in r.output and not os.path.exists(out)
+
+
+# Held-out models: fixtures annotated by their authors (JAX exports), stripped of every
+# annotation and searched on their own mesh with their own program's peak as budget
+# (figures for all of them: benchmarks/bench_search_heldout.py).
+HELD_OUT = ["mlp_2d_megatron", pytest.param("moe_einsum", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_held_out_fixture_stripped_and_searched(name):
+    from pathlib import Path
+
+    from hlo_spmd.search.heldout import strip_annotations
+
+    hlo_dir = Path(__file__).resolve().parent.parent / "fixtures" / "hlo"
+    meta = json.loads((hlo_dir / f"{name}.json").read_text())
+    src = (hlo_dir / f"{name}.pb").read_bytes()
+    mesh = ",".join(f"{a}={n}" for a, n in meta["mesh"]["axes"].items())
+    expert = price_of(hlo_spmd.partition(src))
+    plain = strip_annotations(hlo_spmd.load(src))
+    assert not any(i.sharding is not None for i in plain.instructions())
+    got = hlo_spmd.search(plain, mesh=mesh, memory_limit=expert.peak)
+    real = price_of(got.partition)
+    assert real.peak <= expert.peak and real.bytes <= expert.bytes
+    # The outputs are chosen too (every output has a sharding in the annotated module).
+    assert got.annotated.entry.root.sharding is not None
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(i["shape"]).astype(np.float32) for i in meta["inputs"]]
+    want = run_unpartitioned(module_bytes(plain), inputs)
+    outs = run_partitioned(got.partition.serialize(), inputs, 8, poison_padding=True)
+    for a, b in zip(outs, want):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
+
+
+def test_slice_pricing_of_a_layer_stack(monkeypatch):
+    """Moves priced on slices (the path of modules too large to partition per move):
+    the 6-layer stack, forced onto it, is searched with one slice per group, and the
+    reported figures are still the real partitioned program's."""
+    from hlo_spmd.search import driver
+
+    monkeypatch.setattr(driver, "EXACT_WORK", 0)
+    hlo, args = _stack(6)
+    got = hlo_spmd.search(hlo, mesh=sm.MESH, memory_limit="48KiB")
+    search = got.report["search"]
+    assert search["pricing"] == "slices" and search["slice_partitions"] > 0
+    real = price_of(got.partition)
+    win = got.report["winner"]
+    assert (win["bytes_per_device"], win["collectives"], win["peak_bytes"]) == tuple(real)
+    assert real.peak <= 48 * 1024
+    again = hlo_spmd.partition(hlo_spmd.load(module_bytes(got.annotated)))
+    assert again.serialize() == got.partition.serialize()
+    outs = run_partitioned(got.partition.serialize(), args, 8, poison_padding=True)
+    np.testing.assert_allclose(outs[0], run_unpartitioned(hlo, args)[0], rtol=1e-4, atol=1e-4)

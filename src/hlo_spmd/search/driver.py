@@ -1,11 +1,13 @@
-"""The sharding search: entry-parameter shardings chosen by rounds of an integer program
-(:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices, every candidate priced by
-completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
+"""The sharding search: entry-parameter and output shardings chosen by rounds of an
+integer program (:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices.
 
 1. Decision space (:mod:`~hlo_spmd.search.candidates`): each free entry parameter
    (not annotated in the module nor by ``shard``: those are constraints kept) picks a
    mesh-axis assignment; parameters of one structural group share the pick, and so do
    groups whose parameters are combined elementwise (a weight and its optimizer states).
+   Unless the module fixes its result's sharding, each output is a decision too: with
+   the group of the parameter it is computed from elementwise (an updated weight), or
+   in a group of its own.
 2. Starting points: all replicated and the named baselines
    (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; the best
    priced one is the incumbent.
@@ -14,12 +16,19 @@ completing and partitioning the whole module (:mod:`~hlo_spmd.search.pricing`).
    moves (interaction deltas); solve the integer program for its ``top_k`` best
    assignments; price each exactly; the best becomes the incumbent if it beats it (by
    :func:`~hlo_spmd.search.pricing.price_key`). Rounds stop when nothing improves.
-4. The winner's output sharding (what completion gave the root) is written as the
-   root's annotation, and the annotated module is partitioned once more: that program's
-   figures are the ones reported and checked against the memory limit.
+   Prices are whole-module partitions (:mod:`~hlo_spmd.search.pricing`) while
+   ``instructions x moves`` stays under ``EXACT_WORK``; above it (a 28-layer step), one
+   round prices the moves on slices of one representative layer
+   (:mod:`~hlo_spmd.search.local`), the baselines are priced whole as the seeds they
+   are, and the solver's assignment is partitioned whole once and kept only if it
+   beats the incumbent.
+4. The annotated module is partitioned once more: that program's figures are the
+   ones reported and checked against the memory limit.
 
-Completion fills in every other instruction, so intermediate values follow the
-parameters; no sharding constraints are inserted inside the program.
+Completion fills in every other instruction; no sharding constraints are inserted
+inside the program (the expert annotations of the generated training step owe much of
+their figures to constraints on activations and gradients, which this search does not
+choose).
 """
 from __future__ import annotations
 
@@ -122,6 +131,20 @@ def _local_pricer(pricer: Pricer, groups, cands, incumbent, completed, mesh, n_d
     return LocalPricer(probe, local_groups, cands, incumbent, completed, mesh, n_dev)
 
 
+def _parameter_bytes(module: Module, assignment: Mapping, mesh) -> float:
+    """Per-device bytes of the entry parameters under ``assignment`` (unassigned ones
+    whole): a lower bound of the peak, all of them being live when the program starts."""
+    from hlo_spmd.ir.primitive_types import element_bytes
+    from hlo_spmd.search.local import local_bytes
+
+    total = 0.0
+    for p in module.entry.parameters:
+        if p.shape.is_array:
+            spec = assignment.get(p.parameter_number, (None,) * p.shape.rank)
+            total += local_bytes(p.shape.dims, element_bytes(p.shape.element_type), spec, mesh)
+    return total
+
+
 def _no_fit(pricer: Pricer, limit: int | None):
     peaks = [p.peak for p in pricer.cache.values() if p is not None]
     smallest = min(peaks) if peaks else None
@@ -183,8 +206,8 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     ``shard``: annotations kept as constraints (the ``partition`` API's form).
     ``progress`` is called with the name of each step (the library never prints)."""
     from hlo_spmd.annotations import normalize_annotations
-    from hlo_spmd.annotations.cli_spec import ShardSpec, apply_shards, parse_mesh
-    from hlo_spmd.api import annotate, copy_module, load, partition_owned
+    from hlo_spmd.annotations.cli_spec import parse_mesh
+    from hlo_spmd.api import annotate, copy_module, load
     from hlo_spmd.ir.io import module_bytes
     from hlo_spmd.search.baselines import baselines
     from hlo_spmd.search.report import build_report
@@ -234,20 +257,35 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     priced_baselines: dict[str, tuple[dict[int, Spec], Price | None]] = {}
     moves = sum(len(c) - 1 for c in cands)
     local = len(probe.entry.instructions) * moves > EXACT_WORK
-    for name, assignment in named.items():
-        # (local pricing pins slice borders to the incumbent's completed shardings, and
-        # the best baseline is the incumbent: keep them rather than partition it again)
-        priced_baselines[name] = (assignment, pricer.price(assignment, keep=local))
-    if own:
-        priced_baselines["annotations"] = ({}, pricer.price({}))
-
-    seeds = [] if local and priced_baselines else [[0] * len(groups)]
-    for assignment, _ in priced_baselines.values():
+    def project(assignment: Mapping) -> list[int]:
+        """A baseline as a choice per group (its first member's spec)."""
         seed = []
         for g, members in enumerate(groups):
             spec = assignment.get(member_key(members[0]))
             seed.append(cands[g].index(spec) if spec in cands[g] else 0)
-        seeds.append(seed)
+        return seed
+
+    for name, assignment in named.items():
+        if not local:
+            priced_baselines[name] = (assignment, pricer.price(assignment))
+            continue
+        # Large modules: a baseline is priced as its projection on the groups (outputs
+        # follow their parameters), which is the seed the search starts from, and its
+        # completed shardings are kept (slice borders are pinned to the incumbent's); one
+        # whose parameters alone exceed the limit cannot fit and is not partitioned.
+        full = expand(project(assignment))
+        if limit is not None and _parameter_bytes(probe, full, axes) > limit:
+            priced_baselines[name] = (full, None)
+        else:
+            priced_baselines[name] = (full, pricer.price(full, keep=True))
+    if own:
+        priced_baselines["annotations"] = ({}, pricer.price({}))
+
+    seeds = [] if local and any(p is not None for _, p in priced_baselines.values()) \
+        else [[0] * len(groups)]
+    for assignment, p in priced_baselines.values():
+        if p is not None or not local:
+            seeds.append(project(assignment))
     incumbent = min(seeds, key=key_of)
     done_rounds = 0
     local_pricer = None

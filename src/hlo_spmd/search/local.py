@@ -40,7 +40,7 @@ HUB_USERS = 12
 _LEAVES = frozenset({"parameter", "constant", "broadcast", "iota"})
 
 
-def _local_bytes(dims: Sequence[int], itemsize: float, spec: Spec, mesh: Mesh) -> float:
+def local_bytes(dims: Sequence[int], itemsize: float, spec: Spec, mesh: Mesh) -> float:
     sizes = dict(mesh)
     n = itemsize
     for d, axes in zip(dims, spec):
@@ -241,8 +241,8 @@ class LocalPricer:
 
         p = self.groups[g][0]
         item = element_bytes(p.shape.element_type)
-        now = _local_bytes(p.shape.dims, item, self.cands[g][self.incumbent[g]], self.mesh)
-        new = _local_bytes(p.shape.dims, item, self.cands[g][c], self.mesh)
+        now = local_bytes(p.shape.dims, item, self.cands[g][self.incumbent[g]], self.mesh)
+        new = local_bytes(p.shape.dims, item, self.cands[g][c], self.mesh)
         return (new - now) * len(self.groups[g])
 
     def unary(self, g: int, c: int) -> Delta | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from hlo_spmd.ir.module import Module
 from hlo_spmd.search.candidates import Mesh, Spec, partition_spec_text, spec_text
-from hlo_spmd.search.pricing import Price
+from hlo_spmd.search.pricing import Price, assignment_key
 
 
 def _figures(price: Price | None, limit: int | None) -> dict:
@@ -77,7 +77,7 @@ def build_report(source: Module, mesh: Mesh, limit: int | None, price: Price,
         "parameters": params,
         "outputs": outputs,
         "baselines": {name: {**_figures(p, limit),
-                             "parameters": {f"#{k}": spec_text(s) for k, s in sorted(a.items())}}
+                             "parameters": {t: spec_text(s) for t, s in assignment_key(a)}}
                       for name, (a, p) in baselines.items()},
         "search": search,
     }
