@@ -52,14 +52,6 @@ class ForwardFacts(NamedTuple):
     spatial: bool           # ``supports_spatial`` forward
 
 
-class UserFacts(NamedTuple):
-    """What the backward walk reads of an instruction as a user (``user_facts``)."""
-    op: str
-    reads_operands: bool    # its backward rule also reads its other operands (declared)
-    manual_source: bool     # a manual sharding of it makes its operand manual
-    rule: bw.UserRule
-
-
 class BackwardFacts(NamedTuple):
     """What ``infer_from_users`` reads of an instruction that never changes during a
     run (``Propagator._backward_facts``); the lists are per user."""
@@ -147,11 +139,12 @@ class Propagator:
         self._fw_facts: dict[Instruction, ForwardFacts] = {}
         self._bw_facts: dict[Instruction, BackwardFacts] = {}
         self._user_rule: dict[Instruction, bw.UserRule] = {}
-        self._user_facts: dict[Instruction, UserFacts] = {}
+        self._manual_source: dict[Instruction, bool] = {}
         self._boundaries: frozenset[int] | None = None
         # The fix point's walk state (``run_to_fix_point``).
         self._walks: tuple[WalkDirection, WalkDirection] | None = None
         self._done_group: set[int] = set()
+        self._has_groups = False
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -286,25 +279,22 @@ class Propagator:
                 and i.custom_call_target in (g.FULL_TO_SHARD, g.SHARD_TO_FULL))
         return self._boundaries
 
-    def user_facts(self, user: Instruction) -> UserFacts:
-        """What the backward walk reads of ``user`` as a user, once per instruction (the
-        skip memo, the dirty set and ``infer_from_users`` each ask per edge)."""
-        r = self._user_facts.get(user)
-        if r is None:
-            rule = self.user_rule(user)
-            manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
-                                 or sdy_manual.is_sdy_entry(user))
-            r = self._user_facts[user] = UserFacts(self.graph.op[user],
-                                                   rule.declared.reads_operands,
-                                                   manual_source, rule)
-        return r
-
     def user_rule(self, user: Instruction) -> bw.UserRule:
-        """``bw.user_rule`` once per instruction."""
+        """``bw.user_rule`` once per instruction (the skip memo, the dirty set and
+        ``infer_from_users`` each ask per edge)."""
         r = self._user_rule.get(user)
         if r is None:
             r = self._user_rule[user] = bw.user_rule(user, self.graph.op[user],
                                                      self.graph.elementwise[user])
+        return r
+
+    def _is_manual_source(self, user: Instruction) -> bool:
+        """Whether a manual sharding of ``user`` makes its operand manual (it is not a
+        manual region's entry); once per instruction."""
+        r = self._manual_source.get(user)
+        if r is None:
+            r = self._manual_source[user] = not (g.is_custom_call(user, g.FULL_TO_SHARD)
+                                                 or sdy_manual.is_sdy_entry(user))
         return r
 
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
@@ -367,11 +357,17 @@ class Propagator:
     def _backward_facts(self, inst: Instruction) -> BackwardFacts:
         """``BackwardFacts`` of ``inst`` (asked after ``setup``)."""
         users = self.graph.users_of(inst)
-        facts = [self.user_facts(u) for u in users]
+        rules: list[bw.UserRule] = []
+        manual_source: list[bool] = []
+        known_rule, known_source = self._user_rule.get, self._manual_source.get
+        for u in users:   # (the memos read first: asked per edge)
+            rules.append(known_rule(u) or self.user_rule(u))
+            ms = known_source(u)
+            manual_source.append(self._is_manual_source(u) if ms is None else ms)
         facts = BackwardFacts(self.graph.op[inst] == "broadcast", users,
-                              [f.rule.declared.from_nothing for f in facts],
+                              [r.declared.from_nothing for r in rules],
                               self.supports_spatial(inst, False, self.to_params),
-                              [f.manual_source for f in facts], [f.rule for f in facts])
+                              manual_source, rules)
         self._bw_facts[inst] = facts
         return facts
 
@@ -482,29 +478,31 @@ class Propagator:
 
     def computation_propagation(self, inst: Instruction, changed: list[Instruction]) -> None:
         """MaybeComputationPropagation: copy ``inst``'s sharding to its related values."""
-        def propagate_to(search: Instruction) -> None:
-            related = self.related(search)
-            if not any(r is inst for r in related):
-                return
-            for r in related:
-                if id(r) in self.provided:
-                    continue
-                if r.sharding is None or r.sharding != inst.sharding:
-                    self.set(r, inst.sharding, "computation.sync", (inst,), direction="computation")
-                    if not any(c is r for c in changed):
-                        changed.append(r)
-                    self.computation_propagation(r, changed)
-
         if inst.opcode in CONTROL_FLOW or inst.opcode == "custom-call":
-            propagate_to(inst)
+            self._propagate_to(inst, inst, changed)
         if inst.opcode == "parameter" or self.graph.is_root(inst):
             owner = self.graph.owner(inst)
             if owner is not None:
-                propagate_to(owner)
+                self._propagate_to(inst, owner, changed)
                 if inst.opcode == "parameter":
                     # (a branch's / callee's parameter and the caller's operand; a
                     # while's parameter relates to nothing of its own: ``related``)
-                    propagate_to(inst)
+                    self._propagate_to(inst, inst, changed)
+
+    def _propagate_to(self, inst: Instruction, search: Instruction,
+                      changed: list[Instruction]) -> None:
+        """``inst``'s sharding to the values related to ``search``, if ``inst`` is one."""
+        related = self.related(search)
+        if not any(r is inst for r in related):
+            return
+        for r in related:
+            if id(r) in self.provided:
+                continue
+            if r.sharding is None or r.sharding != inst.sharding:
+                self.set(r, inst.sharding, "computation.sync", (inst,), direction="computation")
+                if not any(c is r for c in changed):
+                    changed.append(r)
+                self.computation_propagation(r, changed)
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -661,7 +659,7 @@ class Propagator:
                 flags[p] = 1
                 p = keep.find(1, p + 1)
         self._done_group = set()
-        has_groups = bool(self.groups)   # (groups are collected in ``setup`` only)
+        has_groups = self._has_groups = bool(self.groups)   # (collected in ``setup`` only)
         unchanged = self.unchanged
         ones = memoryview(b"\x01" * n)
         iterations = 0
@@ -784,7 +782,7 @@ class Propagator:
             fw_inferred[q] = 0
         for q in bw_t:
             bw_inferred[q] = 0
-        group = self.groups.group_of(hlo) if self.groups else None
+        group = self.groups.group_of(hlo) if self._has_groups else None
         if group is not None:
             for m in group:
                 if m is not hlo:
