@@ -81,6 +81,9 @@ class WalkDirection:
     flags: bytearray            # the dirty set's flags (1: the memo must be asked)
     keep: bytearray             # 1 where a visit leaves the flag set: asked every visit
     inferred: bytearray         # XLA's already_inferred_from_{operands,users} (1: skip)
+    # The same for provided (fixed) instructions, which only an explicit mark puts in
+    # (a visit does not, nor do the visits jumped over: ``inferred`` is not read there).
+    provided_inferred: bytearray
     boundaries: frozenset[int]  # visiting one re-opens its operand (backward only)
 
 
@@ -627,11 +630,12 @@ class Propagator:
         dirty set flags (the others it would skip): the walk jumps from flagged position
         to flagged position (``bytearray.find``), and the visits it jumps over, which
         would only fill ``inferred``, fill it in one slice.  Provided (fixed)
-        instructions are never put in ``inferred`` by a visit (XLA's ``continue``
-        before that), only when their open dims were refined, so they are flagged at
-        every visit; so are dot / convolution forward (lookahead), manual-region
-        boundaries backward, and open-dims annotations from level 1 (an unflagged memo
-        question is skipped by the memo, so asking it changes nothing)."""
+        instructions are never put in the sets by a visit (XLA's ``continue`` before
+        that), only when their open dims were refined: theirs is
+        ``provided_inferred``, which the slices do not touch.  Flagged at every visit:
+        dot / convolution forward (lookahead), manual-region boundaries backward, and
+        open-dims annotations from level 1 (an unflagged memo question is skipped by
+        the memo, so asking it changes nothing)."""
         self.level = level
         self.rec.level = level
         dirty = self.dirty
@@ -640,7 +644,8 @@ class Propagator:
         n = len(graph.walk[FW])
         walks = self._walks = tuple(
             WalkDirection(d, name, graph.walk[d], graph.walk_pos[d], dirty.flagged[d].bits,
-                          bytearray(n), bytearray(n), bounds)
+                          keep=bytearray(n), inferred=bytearray(n),
+                          provided_inferred=bytearray(n), boundaries=bounds)
             for d, name, bounds in ((FW, "forward", frozenset()),
                                     (BW, "backward", self.boundaries)))
         fwd, bwd = walks
@@ -648,10 +653,11 @@ class Propagator:
             fwd.keep[fwd.pos[key]] = 1
         for key in self.boundaries:
             bwd.keep[bwd.pos[key]] = 1
-        for key in self.provided:
-            if key in fwd.pos:
-                fwd.keep[fwd.pos[key]] = 1
-                bwd.keep[bwd.pos[key]] = 1
+        if level > 0:
+            for key in self.unspecified:
+                if key in self.provided and key in fwd.pos:
+                    fwd.keep[fwd.pos[key]] = 1
+                    bwd.keep[bwd.pos[key]] = 1
         for dr in walks:
             keep, flags = dr.keep, dr.flags
             p = keep.find(1)
@@ -693,6 +699,7 @@ class Propagator:
         """One direction's visits of the computation at walk positions [a, b): whether a
         sharding changed."""
         flags, keep, inferred, walk = dr.flags, dr.keep, dr.inferred, dr.walk
+        provided_inferred = dr.provided_inferred
         provided = self.provided
         unspecified = self.unspecified
         boundaries = dr.boundaries
@@ -715,15 +722,17 @@ class Propagator:
                     inferred[nxt:b] = ones[:b - nxt]   # (the visits jumped over)
                     break
                 inferred[nxt:i] = ones[:i - nxt]
-            if inferred[i]:
-                continue              # already inferred: the flag waits for a clear
             key, inst = walk[i]
+            is_provided = key in provided
+            if (provided_inferred if is_provided else inferred)[i]:
+                continue              # already inferred: the flag waits for a clear
             if key in boundaries:
                 # A manual-region boundary: its operand is re-inferred with it.
                 q = dr.pos.get(id(inst.operands[0]))
                 if q is not None:
-                    inferred[q] = 0
-            if key in provided:
+                    inferred[q] = provided_inferred[q] = 0
+            if is_provided:
+                flags[i] = keep[i]
                 if not may_combine or key not in unspecified:
                     continue
                 if d == FW:
@@ -732,9 +741,10 @@ class Propagator:
                     ok, conv = unspec.from_users(self, inst, unspecified[key], level)
                 if ok:
                     self._clear_cache(inst, conv)
-                    inferred[i] = 1
+                    provided_inferred[i] = 1
                     if d == BW and conv is not None and id(conv) in dr.pos:
-                        inferred[dr.pos[id(conv)]] = 1
+                        q = dr.pos[id(conv)]
+                        inferred[q] = provided_inferred[q] = 1
                     changed = True
                 continue
             flags[i] = keep[i]
@@ -777,11 +787,12 @@ class Propagator:
         if hlo_for_users is not None:
             fw_t = self.graph.clear_targets(hlo_for_users)[0]
         fwd, bwd = self._walks
-        fw_inferred, bw_inferred = fwd.inferred, bwd.inferred
+        fw_inferred, fw_provided = fwd.inferred, fwd.provided_inferred
+        bw_inferred, bw_provided = bwd.inferred, bwd.provided_inferred
         for q in fw_t:
-            fw_inferred[q] = 0
+            fw_inferred[q] = fw_provided[q] = 0
         for q in bw_t:
-            bw_inferred[q] = 0
+            bw_inferred[q] = bw_provided[q] = 0
         group = self.groups.group_of(hlo) if self._has_groups else None
         if group is not None:
             for m in group:
