@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.passes.propagation.unchanged import BW, FW, forward_rule_of
+from hlo_spmd.passes.propagation.forward import LOOKAHEAD_OPCODES
+from hlo_spmd.passes.propagation.unchanged import BW, FW
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.propagation.interface import PropagatorInterface
@@ -71,9 +72,9 @@ class DirtySet:
         self.p = p
         fpos, bpos = p.graph.walk_pos
         self.flagged: tuple[Flags, Flags] = (Flags(fpos), Flags(bpos))
-        graph = p.graph
+        op = p.graph.op
         self.always: frozenset[int] = frozenset(
-            id(i) for i in graph.instructions() if forward_rule_of(graph, i).lookahead)
+            id(i) for i in p.graph.instructions() if op[i] in LOOKAHEAD_OPCODES)
         self._pos = p.graph.walk_pos
         self._users_of = p.graph.users_of
         self._clear_targets = p.graph.clear_targets
@@ -114,9 +115,9 @@ class DirtySet:
         operands of its users whose backward rule reads them (computed once)."""
         fpos, bpos = self._pos
         bw = [bpos[id(inst)]]
-        user_facts = self.p.user_facts
+        user_rule = self.p.user_rule
         for u in self._users_of(inst):
-            if user_facts(u).reads_operands:
+            if user_rule(u).declared.reads_operands:
                 for o in u.operands:
                     bw.append(bpos[id(o)])
         own = self._own[inst] = (fpos[id(inst)], tuple(bw))

@@ -52,14 +52,6 @@ class ForwardFacts(NamedTuple):
     spatial: bool           # ``supports_spatial`` forward
 
 
-class UserFacts(NamedTuple):
-    """What the backward walk reads of an instruction as a user (``user_facts``)."""
-    op: str
-    reads_operands: bool    # its backward rule also reads its other operands (declared)
-    manual_source: bool     # a manual sharding of it makes its operand manual
-    rule: bw.UserRule
-
-
 class BackwardFacts(NamedTuple):
     """What ``infer_from_users`` reads of an instruction that never changes during a
     run (``Propagator._backward_facts``); the lists are per user."""
@@ -89,6 +81,9 @@ class WalkDirection:
     flags: bytearray            # the dirty set's flags (1: the memo must be asked)
     keep: bytearray             # 1 where a visit leaves the flag set: asked every visit
     inferred: bytearray         # XLA's already_inferred_from_{operands,users} (1: skip)
+    # The same for provided (fixed) instructions, which only an explicit mark puts in
+    # (a visit does not, nor do the visits jumped over: ``inferred`` is not read there).
+    provided_inferred: bytearray
     boundaries: frozenset[int]  # visiting one re-opens its operand (backward only)
 
 
@@ -147,11 +142,12 @@ class Propagator:
         self._fw_facts: dict[Instruction, ForwardFacts] = {}
         self._bw_facts: dict[Instruction, BackwardFacts] = {}
         self._user_rule: dict[Instruction, bw.UserRule] = {}
-        self._user_facts: dict[Instruction, UserFacts] = {}
+        self._manual_source: dict[Instruction, bool] = {}
         self._boundaries: frozenset[int] | None = None
         # The fix point's walk state (``run_to_fix_point``).
         self._walks: tuple[WalkDirection, WalkDirection] | None = None
         self._done_group: set[int] = set()
+        self._has_groups = False
 
     def dot_dims(self, inst: Instruction) -> DotDims:
         """The dot dimension numbers of a dot or convolution (cached for the run)."""
@@ -286,25 +282,22 @@ class Propagator:
                 and i.custom_call_target in (g.FULL_TO_SHARD, g.SHARD_TO_FULL))
         return self._boundaries
 
-    def user_facts(self, user: Instruction) -> UserFacts:
-        """What the backward walk reads of ``user`` as a user, once per instruction (the
-        skip memo, the dirty set and ``infer_from_users`` each ask per edge)."""
-        r = self._user_facts.get(user)
-        if r is None:
-            rule = self.user_rule(user)
-            manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
-                                 or sdy_manual.is_sdy_entry(user))
-            r = self._user_facts[user] = UserFacts(self.graph.op[user],
-                                                   rule.declared.reads_operands,
-                                                   manual_source, rule)
-        return r
-
     def user_rule(self, user: Instruction) -> bw.UserRule:
-        """``bw.user_rule`` once per instruction."""
+        """``bw.user_rule`` once per instruction (the skip memo, the dirty set and
+        ``infer_from_users`` each ask per edge)."""
         r = self._user_rule.get(user)
         if r is None:
             r = self._user_rule[user] = bw.user_rule(user, self.graph.op[user],
                                                      self.graph.elementwise[user])
+        return r
+
+    def _is_manual_source(self, user: Instruction) -> bool:
+        """Whether a manual sharding of ``user`` makes its operand manual (it is not a
+        manual region's entry); once per instruction."""
+        r = self._manual_source.get(user)
+        if r is None:
+            r = self._manual_source[user] = not (g.is_custom_call(user, g.FULL_TO_SHARD)
+                                                 or sdy_manual.is_sdy_entry(user))
         return r
 
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
@@ -367,11 +360,17 @@ class Propagator:
     def _backward_facts(self, inst: Instruction) -> BackwardFacts:
         """``BackwardFacts`` of ``inst`` (asked after ``setup``)."""
         users = self.graph.users_of(inst)
-        facts = [self.user_facts(u) for u in users]
+        rules: list[bw.UserRule] = []
+        manual_source: list[bool] = []
+        known_rule, known_source = self._user_rule.get, self._manual_source.get
+        for u in users:   # (the memos read first: asked per edge)
+            rules.append(known_rule(u) or self.user_rule(u))
+            ms = known_source(u)
+            manual_source.append(self._is_manual_source(u) if ms is None else ms)
         facts = BackwardFacts(self.graph.op[inst] == "broadcast", users,
-                              [f.rule.declared.from_nothing for f in facts],
+                              [r.declared.from_nothing for r in rules],
                               self.supports_spatial(inst, False, self.to_params),
-                              [f.manual_source for f in facts], [f.rule for f in facts])
+                              manual_source, rules)
         self._bw_facts[inst] = facts
         return facts
 
@@ -482,29 +481,31 @@ class Propagator:
 
     def computation_propagation(self, inst: Instruction, changed: list[Instruction]) -> None:
         """MaybeComputationPropagation: copy ``inst``'s sharding to its related values."""
-        def propagate_to(search: Instruction) -> None:
-            related = self.related(search)
-            if not any(r is inst for r in related):
-                return
-            for r in related:
-                if id(r) in self.provided:
-                    continue
-                if r.sharding is None or r.sharding != inst.sharding:
-                    self.set(r, inst.sharding, "computation.sync", (inst,), direction="computation")
-                    if not any(c is r for c in changed):
-                        changed.append(r)
-                    self.computation_propagation(r, changed)
-
         if inst.opcode in CONTROL_FLOW or inst.opcode == "custom-call":
-            propagate_to(inst)
+            self._propagate_to(inst, inst, changed)
         if inst.opcode == "parameter" or self.graph.is_root(inst):
             owner = self.graph.owner(inst)
             if owner is not None:
-                propagate_to(owner)
+                self._propagate_to(inst, owner, changed)
                 if inst.opcode == "parameter":
                     # (a branch's / callee's parameter and the caller's operand; a
                     # while's parameter relates to nothing of its own: ``related``)
-                    propagate_to(inst)
+                    self._propagate_to(inst, inst, changed)
+
+    def _propagate_to(self, inst: Instruction, search: Instruction,
+                      changed: list[Instruction]) -> None:
+        """``inst``'s sharding to the values related to ``search``, if ``inst`` is one."""
+        related = self.related(search)
+        if not any(r is inst for r in related):
+            return
+        for r in related:
+            if id(r) in self.provided:
+                continue
+            if r.sharding is None or r.sharding != inst.sharding:
+                self.set(r, inst.sharding, "computation.sync", (inst,), direction="computation")
+                if not any(c is r for c in changed):
+                    changed.append(r)
+                self.computation_propagation(r, changed)
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -629,11 +630,12 @@ class Propagator:
         dirty set flags (the others it would skip): the walk jumps from flagged position
         to flagged position (``bytearray.find``), and the visits it jumps over, which
         would only fill ``inferred``, fill it in one slice.  Provided (fixed)
-        instructions are never put in ``inferred`` by a visit (XLA's ``continue``
-        before that), only when their open dims were refined, so they are flagged at
-        every visit; so are dot / convolution forward (lookahead), manual-region
-        boundaries backward, and open-dims annotations from level 1 (an unflagged memo
-        question is skipped by the memo, so asking it changes nothing)."""
+        instructions are never put in the sets by a visit (XLA's ``continue`` before
+        that), only when their open dims were refined: theirs is
+        ``provided_inferred``, which the slices do not touch.  Flagged at every visit:
+        dot / convolution forward (lookahead), manual-region boundaries backward, and
+        open-dims annotations from level 1 (an unflagged memo question is skipped by
+        the memo, so asking it changes nothing)."""
         self.level = level
         self.rec.level = level
         dirty = self.dirty
@@ -642,7 +644,8 @@ class Propagator:
         n = len(graph.walk[FW])
         walks = self._walks = tuple(
             WalkDirection(d, name, graph.walk[d], graph.walk_pos[d], dirty.flagged[d].bits,
-                          bytearray(n), bytearray(n), bounds)
+                          keep=bytearray(n), inferred=bytearray(n),
+                          provided_inferred=bytearray(n), boundaries=bounds)
             for d, name, bounds in ((FW, "forward", frozenset()),
                                     (BW, "backward", self.boundaries)))
         fwd, bwd = walks
@@ -650,10 +653,11 @@ class Propagator:
             fwd.keep[fwd.pos[key]] = 1
         for key in self.boundaries:
             bwd.keep[bwd.pos[key]] = 1
-        for key in self.provided:
-            if key in fwd.pos:
-                fwd.keep[fwd.pos[key]] = 1
-                bwd.keep[bwd.pos[key]] = 1
+        if level > 0:
+            for key in self.unspecified:
+                if key in self.provided and key in fwd.pos:
+                    fwd.keep[fwd.pos[key]] = 1
+                    bwd.keep[bwd.pos[key]] = 1
         for dr in walks:
             keep, flags = dr.keep, dr.flags
             p = keep.find(1)
@@ -661,7 +665,7 @@ class Propagator:
                 flags[p] = 1
                 p = keep.find(1, p + 1)
         self._done_group = set()
-        has_groups = bool(self.groups)   # (groups are collected in ``setup`` only)
+        has_groups = self._has_groups = bool(self.groups)   # (collected in ``setup`` only)
         unchanged = self.unchanged
         ones = memoryview(b"\x01" * n)
         iterations = 0
@@ -695,6 +699,7 @@ class Propagator:
         """One direction's visits of the computation at walk positions [a, b): whether a
         sharding changed."""
         flags, keep, inferred, walk = dr.flags, dr.keep, dr.inferred, dr.walk
+        provided_inferred = dr.provided_inferred
         provided = self.provided
         unspecified = self.unspecified
         boundaries = dr.boundaries
@@ -717,15 +722,17 @@ class Propagator:
                     inferred[nxt:b] = ones[:b - nxt]   # (the visits jumped over)
                     break
                 inferred[nxt:i] = ones[:i - nxt]
-            if inferred[i]:
-                continue              # already inferred: the flag waits for a clear
             key, inst = walk[i]
+            is_provided = key in provided
+            if (provided_inferred if is_provided else inferred)[i]:
+                continue              # already inferred: the flag waits for a clear
             if key in boundaries:
                 # A manual-region boundary: its operand is re-inferred with it.
                 q = dr.pos.get(id(inst.operands[0]))
                 if q is not None:
-                    inferred[q] = 0
-            if key in provided:
+                    inferred[q] = provided_inferred[q] = 0
+            if is_provided:
+                flags[i] = keep[i]
                 if not may_combine or key not in unspecified:
                     continue
                 if d == FW:
@@ -734,9 +741,10 @@ class Propagator:
                     ok, conv = unspec.from_users(self, inst, unspecified[key], level)
                 if ok:
                     self._clear_cache(inst, conv)
-                    inferred[i] = 1
+                    provided_inferred[i] = 1
                     if d == BW and conv is not None and id(conv) in dr.pos:
-                        inferred[dr.pos[id(conv)]] = 1
+                        q = dr.pos[id(conv)]
+                        inferred[q] = provided_inferred[q] = 1
                     changed = True
                 continue
             flags[i] = keep[i]
@@ -779,12 +787,13 @@ class Propagator:
         if hlo_for_users is not None:
             fw_t = self.graph.clear_targets(hlo_for_users)[0]
         fwd, bwd = self._walks
-        fw_inferred, bw_inferred = fwd.inferred, bwd.inferred
+        fw_inferred, fw_provided = fwd.inferred, fwd.provided_inferred
+        bw_inferred, bw_provided = bwd.inferred, bwd.provided_inferred
         for q in fw_t:
-            fw_inferred[q] = 0
+            fw_inferred[q] = fw_provided[q] = 0
         for q in bw_t:
-            bw_inferred[q] = 0
-        group = self.groups.group_of(hlo) if self.groups else None
+            bw_inferred[q] = bw_provided[q] = 0
+        group = self.groups.group_of(hlo) if self._has_groups else None
         if group is not None:
             for m in group:
                 if m is not hlo:

@@ -629,3 +629,5 @@ FORWARD_RULES: dict[str, ForwardRule] = {
     "batch-norm-inference": ForwardRule(batch_norm),
     "batch-norm-grad": ForwardRule(batch_norm),
 }
+# The opcodes whose rule reads a lookahead chain (from the declarations above).
+LOOKAHEAD_OPCODES = frozenset(op for op, rule in FORWARD_RULES.items() if rule.lookahead)

@@ -74,9 +74,6 @@ class PropagatorInterface(Protocol):
     def user_rule(self, user: Instruction) -> Any:
         """``backward.user_rule`` of ``user``, once per run (a ``backward.UserRule``)."""
 
-    def user_facts(self, user: Instruction) -> Any:
-        """What the backward walk reads of ``user`` as a user (``engine.UserFacts``)."""
-
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands (True if ``inst``'s sharding changed)."""
 

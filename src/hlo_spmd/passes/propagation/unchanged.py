@@ -99,8 +99,12 @@ class UnchangedMemo:
     def __init__(self, p: "PropagatorInterface") -> None:
         self.p = p
         self.check = check_enabled()
-        # id(inst) -> its entry, per direction (made on first ask).
-        self.entries: tuple[dict[int, MemoEntry], dict[int, MemoEntry]] = ({}, {})
+        # inst -> its entry, per direction (made on first ask; instructions hash by
+        # identity).
+        self.entries: tuple[dict[Instruction, MemoEntry],
+                            dict[Instruction, MemoEntry]] = ({}, {})
+        # inst -> whether its backward rule, as a user, reads its operands (declared).
+        self._reads_operands: dict[Instruction, bool] = {}
         # Entries whose last no-change run holds below some level only: a later level
         # makes them stale (``stale_at``).  id(inst) -> entry, per direction.
         self._upgradable: tuple[dict[int, MemoEntry], dict[int, MemoEntry]] = ({}, {})
@@ -121,7 +125,7 @@ class UnchangedMemo:
             owner = graph.owner(inst) if rule.caller_operands else None
             if owner is not None:
                 reads += tuple(owner.operands)
-        entry = self.entries[FW][id(inst)] = MemoEntry(reads, rule.level_classes, True)
+        entry = self.entries[FW][inst] = MemoEntry(reads, rule.level_classes, True)
         return entry
 
     def _lookahead_reads(self, inst: Instruction) -> list[Instruction]:
@@ -136,11 +140,14 @@ class UnchangedMemo:
         users = users_of(inst)
         if len(users) != 1:
             return reads
-        user_facts = self.p.user_facts
+        known = self._reads_operands
         cur = users[0]
         while True:
             reads.append(cur)
-            if user_facts(cur).reads_operands:
+            r = known.get(cur)
+            if r is None:
+                r = known[cur] = self.p.user_rule(cur).declared.reads_operands
+            if r:
                 reads.extend(cur.operands)
             if cur.sharding is not None:
                 return reads
@@ -153,16 +160,17 @@ class UnchangedMemo:
         reads = [inst]
         level_classes = 1
         trivial = True
-        user_facts = self.p.user_facts
+        user_rule = self.p.user_rule
         for user in self.p.graph.users_of(inst):
             reads.append(user)
-            declared = user_facts(user).rule.declared
-            level_classes = max(level_classes, declared.level_classes)
+            declared = user_rule(user).declared
+            if declared.level_classes > level_classes:
+                level_classes = declared.level_classes
             if declared.from_nothing:
                 trivial = False
             if declared.reads_operands:
                 reads.extend(user.operands)
-        entry = self.entries[BW][id(inst)] = MemoEntry(tuple(reads), level_classes, trivial)
+        entry = self.entries[BW][inst] = MemoEntry(tuple(reads), level_classes, trivial)
         return entry
 
     # -- the memo ---------------------------------------------------------------------------
@@ -178,7 +186,7 @@ class UnchangedMemo:
     def infer(self, inst: Instruction, d: int, level: int) -> bool:
         """Infer ``inst``'s sharding in direction ``d`` at ``level`` (True if it changed),
         unless its inputs are those of its last no-change run."""
-        entry = self.entries[d].get(id(inst)) or self._new_entry[d](inst)
+        entry = self.entries[d].get(inst) or self._new_entry[d](inst)
         infer = self._infer[d]
         reads = entry.reads
         if reads is None:
@@ -232,7 +240,7 @@ class UnchangedMemo:
             key = id(inst)
             if key in flagged or key in always or key in self.p.provided:
                 continue
-            entry = entries.get(key)
+            entry = entries.get(inst)
             if entry is None or entry.reads is None or entry.seen is None or \
                     not entry.holds(level, entry.reads):
                 raise HloSpmdError(f"propagation's dirty set misses an inference of "
