@@ -82,10 +82,21 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
     spatial = _halo_dims(dims, lhs, target)
     setup = _spatial_setup(dims, lhs, rhs, target, spatial) if spatial else None
     whole = _planner_price(ctx, inst, dims, lhs, rhs, target)
-    halo = _spatial_price(ctx, inst, dims, lhs, rhs, target, setup) if setup else math.inf
+    halo = math.inf
+    if setup is not None:
+        # The input either kept whole on the windowed dims it holds whole (windows cut
+        # locally; gathered first if tiled elsewhere) or moved to the tiles of the groups
+        # (an all-to-all, then halos): the cheaper.
+        options = [setup] if setup.held == setup.lhs_outer else \
+            [setup, setup._replace(held=setup.lhs_outer)]
+        halo, setup = min(((_spatial_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
+                           for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
     if kernel:
         ks = _kernel_setup(dims, lhs, rhs, target, kernel)
-        if _kernel_price(ctx, inst, dims, lhs, rhs, target, ks) <= min(whole, halo):
+        options = [ks] if ks.held == ks.lhs_outer else [ks, ks._replace(held=ks.lhs_outer)]
+        price, ks = min(((_kernel_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
+                         for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
+        if price <= min(whole, halo):
             return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, ks)
     if setup is None or whole < halo:
         # The windowed dims whole on every device (the operands untiled there; a result
