@@ -23,11 +23,18 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
   ``e = 0``; stride 1 with the largest low padding any tile needs; a non-unit stride
   with extra window padding -- here one search over ``P`` covers all three).
 * Windowed dims tiled on the kernel (the filter gradient jax.grad emits, whose "kernel"
-  is the output gradient, sharded like the images): when all-reducing the small result
-  moves fewer bytes than gathering the kernel and exchanging whole-dim windows, devices
-  are grouped by the kernel's (or the input's) tiles, each convolves its kernel rows with
-  the input rows they meet (a halo exchange on the input), and the partial results are
-  all-reduced across the groups (XLA's halo exchange on the LHS with a sharded RHS).
+  is the output gradient, sharded like the images): devices are grouped by the kernel's
+  (or the input's) tiles, each convolves its kernel rows (read backwards for a reversed
+  window) with the input rows they meet (a halo exchange on the input), and the partial
+  results are all-reduced across the groups (XLA's halo exchange on the LHS with a
+  sharded RHS).
+* Which way: the ways that apply (kernel halos, input halos, or every windowed dim whole
+  with the planner's plan and a final reshard, e.g. a grouped convolution's filter
+  gradient whose small result tiles a windowed dim) are priced by the one cost model
+  (operand reshards, halo rows, the plan inside the groups, the all-reduce, the result's
+  reshard) and the cheapest is emitted. The planner never tiles a windowed or extra dim
+  but takes operands and results tiled on them and prices their reshards (an all-to-all
+  moving the tiles to a group dim instead of a gather).
 """
 from __future__ import annotations
 
