@@ -23,11 +23,18 @@ PartitionConvolution in spmd/convolution_handler.cc, which reuses its dot handle
   ``e = 0``; stride 1 with the largest low padding any tile needs; a non-unit stride
   with extra window padding -- here one search over ``P`` covers all three).
 * Windowed dims tiled on the kernel (the filter gradient jax.grad emits, whose "kernel"
-  is the output gradient, sharded like the images): when all-reducing the small result
-  moves fewer bytes than gathering the kernel and exchanging whole-dim windows, devices
-  are grouped by the kernel's (or the input's) tiles, each convolves its kernel rows with
-  the input rows they meet (a halo exchange on the input), and the partial results are
-  all-reduced across the groups (XLA's halo exchange on the LHS with a sharded RHS).
+  is the output gradient, sharded like the images): devices are grouped by the kernel's
+  (or the input's) tiles, each convolves its kernel rows (read backwards for a reversed
+  window) with the input rows they meet (a halo exchange on the input), and the partial
+  results are all-reduced across the groups (XLA's halo exchange on the LHS with a
+  sharded RHS).
+* Which way: the ways that apply (kernel halos, input halos, or every windowed dim whole
+  with the planner's plan and a final reshard, e.g. a grouped convolution's filter
+  gradient whose small result tiles a windowed dim) are priced by the one cost model
+  (operand reshards, halo rows, the plan inside the groups, the all-reduce, the result's
+  reshard) and the cheapest is emitted. The planner never tiles a windowed or extra dim
+  but takes operands and results tiled on them and prices their reshards (an all-to-all
+  moving the tiles to a group dim instead of a gather).
 """
 from __future__ import annotations
 
@@ -83,10 +90,21 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
     spatial = _halo_dims(dims, lhs, target)
     setup = _spatial_setup(dims, lhs, rhs, target, spatial) if spatial else None
     whole = _planner_price(ctx, inst, dims, lhs, rhs, target)
-    halo = _spatial_price(ctx, inst, dims, lhs, rhs, target, setup) if setup else math.inf
+    halo = math.inf
+    if setup is not None:
+        # The input either kept whole on the windowed dims it holds whole (windows cut
+        # locally; gathered first if tiled elsewhere) or moved to the tiles of the groups
+        # (an all-to-all, then halos): the cheaper.
+        options = [setup] if setup.held == setup.lhs_outer else \
+            [setup, setup._replace(held=setup.lhs_outer)]
+        halo, setup = min(((_spatial_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
+                           for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
     if kernel:
         ks = _kernel_setup(dims, lhs, rhs, target, kernel)
-        if _kernel_price(ctx, inst, dims, lhs, rhs, target, ks) <= min(whole, halo):
+        options = [ks] if ks.held == ks.lhs_outer else [ks, ks._replace(held=ks.lhs_outer)]
+        price, ks = min(((_kernel_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
+                         for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
+        if price <= min(whole, halo):
             return _partition_kernel_spatial(ctx, inst, dims, lhs, rhs, target, ks)
     if setup is None or whole < halo:
         # The windowed dims whole on every device (the operands untiled there; a result
