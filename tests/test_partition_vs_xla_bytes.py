@@ -4,6 +4,8 @@ program compared with XLA's own partitioned program for the same module (both co
 hlo_spmd.stats)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,8 @@ from test_partition_shapes import check, module  # shared helpers (same director
 pytest.importorskip("jax")
 
 from hlo_spmd.runtime.xla_reference import xla_partitioned_module  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def kinds(result, n: int) -> list[str]:
@@ -257,3 +261,29 @@ def test_wide_gather_window_on_sharded_indexed_dim_is_a_windowed_read(
     assert "collective-permute" in kinds(result, 8) and "all-reduce" in kinds(result, 8)
     ours, xla = ours_and_xla(text, result, 8)
     assert ours * 10 < xla, (ours, xla)
+
+
+def test_op_on_one_device_from_whole_operands_is_whole_everywhere():
+    # The handwritten maximal_sharding fixture: a reduce and a broadcast "on device 1" of a
+    # replicated x; every device computes the same value, so the replicated subtract reads
+    # it without a move (main: an all-reduce of the scalar; XLA: nothing).
+    text = open(os.path.join(ROOT, "fixtures", "hlo", "handwritten", "maximal_sharding.hlo")).read()
+    result = check(text, 8)
+    assert kinds(result, 8) == []
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours <= xla, (ours, xla)
+
+
+# -- item 6: one all-to-all moving several dims ----------------------------------------------
+def test_two_dims_move_in_one_all_to_all_keeping_device_order():
+    # XLA's MultipleSourceTargetDimsInOneAllToAll1 at a smaller size: dim 1's 4 tiles go
+    # whole to dim 3 and dim 2's 2 to dim 0; every device keeps its coordinates, so one
+    # all-to-all does it (splitting dim 1's factor between dims 0 and 3 needed a permute
+    # after it: twice the bytes).
+    text = module("""
+  p = s32[8,8,8,8] parameter(0), sharding={devices=[1,4,2,1]<=[8]}
+  ROOT c = s32[8,8,8,8] copy(p), sharding={devices=[2,1,1,4]<=[4,2]T(1,0)}""")
+    result = check(text, 8)
+    assert kinds(result, 8) == ["all-to-all"]
+    ours, xla = ours_and_xla(text, result, 8)
+    assert ours <= xla, (ours, xla)

@@ -116,9 +116,25 @@ def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
     as written. Every device computes it, only the owner's result is the value."""
     device = single_device(inst.sharding)
     assert device is not None
+    values = [ctx.value(op) for op in inst.operands]
+    if values and all(_everywhere(v.sharding) for v in values):
+        # Whole operands on every device: every device computes the owner's value, so
+        # it is replicated (a later user anywhere reads it for free, as in XLA).
+        out = emit_like(ctx, inst, [v.hlo for v in values], inst.shape)
+        return PValue(out, inst.shape, _replicated_like(inst.shape))
     ops = [ctx.operand(inst, i, maximal_like(op.shape, device))
            for i, op in enumerate(inst.operands)]
     return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+
+
+def _everywhere(s: HloSharding) -> bool:
+    return all(e.is_replicated for e in s.tuple_elements) if s.is_tuple else s.is_replicated
+
+
+def _replicated_like(shape) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_replicated_like(s) for s in shape.tuple_shapes])
+    return HloSharding.replicate()
 
 
 _ON_DEVICE = (handle_on_device, "handle_on_device")

@@ -848,11 +848,13 @@ class _Spec(NamedTuple):
     gathers: tuple[tuple[int, int], ...]       # (dim, factor)
 
 
-def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool) -> _Spec:
+def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
+          whole_first: bool = False) -> _Spec:
     """Which factors to slice first (``pre_slice``: as far as the source's replication
     allows), move with all-to-all (``use_a2a``: factors a dim has too many of, to dims that
-    lack them) and gather (the rest of the excess); the rest of what is missing is sliced
-    at the end."""
+    lack them; ``whole_first``: each source dim gives to the target dims taking the most
+    of it first, in dim order otherwise) and gather (the rest of the excess); the rest of
+    what is missing is sliced at the end."""
     r = len(dims)
     s, t = list(src.tiles), list(dst.tiles)
     pre = [1] * r
@@ -871,7 +873,12 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool) -> _Sp
     moves: list[tuple[int, int, int]] = []
     if use_a2a:
         for a in range(r):
-            for b in range(r):
+            order = range(r)
+            if whole_first:
+                # (A dim whose tiling moves whole to one dim keeps every device's tile
+                # coordinate there: one all-to-all, no device-order fix-up after it.)
+                order = sorted(range(r), key=lambda b: (-math.gcd(excess[a], deficit[b]), b))
+            for b in order:
                 if a == b or excess[a] == 1 or deficit[b] == 1:
                     continue
                 if deficit[a] > 1 or excess[b] > 1:
@@ -1027,6 +1034,12 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
     return _PLAN_CACHE.put(key, _plan_reshard(src, dst, dims, float(itemsize)))
 
 
+# Spec kinds tried: (slice first, move with all-to-all, each source dim to the dims taking
+# the most of it first).
+_SPEC_KINDS = ((True, True, False), (True, True, True), (True, False, False),
+               (False, True, False), (False, True, True), (False, False, False))
+
+
 def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
                   itemsize: float) -> tuple[Plan | None, Plan]:
     if src.same_as(dst):
@@ -1045,19 +1058,18 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
     fallback.name = "through replicated"
     best: Plan | None = None
     seen: set[tuple] = set()
-    for pre_slice in (True, False):
-        for use_a2a in (True, False):
-            base = _spec(src, dst, dims, pre_slice, use_a2a)
-            for moves in _orderings(base.moves):
-                for combine in ((True, False) if len(moves) > 1 else (True,)):
-                    spec = _Spec(base.pre, tuple(moves), combine, base.gathers)
-                    key = (spec.pre, spec.moves, combine, spec.gathers)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    for plan in _candidates(spec, src, dst, dims, itemsize):
-                        if best is None or plan.key() < best.key():
-                            best = plan
+    for pre_slice, use_a2a, whole_first in _SPEC_KINDS:
+        base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first)
+        for moves in _orderings(base.moves):
+            for combine in ((True, False) if len(moves) > 1 else (True,)):
+                spec = _Spec(base.pre, tuple(moves), combine, base.gathers)
+                key = (spec.pre, spec.moves, combine, spec.gathers)
+                if key in seen:
+                    continue
+                seen.add(key)
+                for plan in _candidates(spec, src, dst, dims, itemsize):
+                    if best is None or plan.key() < best.key():
+                        best = plan
     return best, fallback
 
 
