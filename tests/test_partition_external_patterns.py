@@ -199,3 +199,33 @@ ENTRY %main (p: {shape}) -> {shape} {{
 }}
 """
     check(text, n)
+
+
+def test_non_tuple_sharding_on_a_variadic_scatter_applies_to_every_result():
+    # XLA reads a non-tuple sharding on a tuple-shaped instruction as one per leaf; the
+    # verifier accepted it only on tuples of the same leaf before.
+    text = """HloModule m
+%add2 (a0: f32[], a1: f32[], b0: f32[], b1: f32[]) -> (f32[], f32[]) {
+  %a0 = f32[] parameter(0)
+  %a1 = f32[] parameter(1)
+  %b0 = f32[] parameter(2)
+  %b1 = f32[] parameter(3)
+  %r0 = f32[] add(%a0, %b0)
+  %r1 = f32[] add(%a1, %b1)
+  ROOT %t = (f32[], f32[]) tuple(%r0, %r1)
+}
+ENTRY %main (xa: f32[8,16], xb: f32[8,16], i: s32[6], ua: f32[6,16], ub: f32[6,16]) -> (f32[8,16], f32[8,16]) {
+  %xa = f32[8,16] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  %xb = f32[8,16] parameter(1), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+  %i = s32[6] parameter(2), sharding={replicated}
+  %ua = f32[6,16] parameter(3), sharding={devices=[1,8]<=[8]}
+  %ub = f32[6,16] parameter(4), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT %s = (f32[8,16], f32[8,16]) scatter(%xa, %xb, %i, %ua, %ub), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add2, sharding={devices=[1,8]<=[8]}
+}
+"""
+    import hlo_spmd
+
+    hlo_spmd.load(text)  # the structural verifier accepts it
+    out, _ = check(text, 8)
+    root = out.entry.root
+    assert [tuple(s.dims) for s in root.shape.tuple_shapes] == [(8, 2), (8, 2)]

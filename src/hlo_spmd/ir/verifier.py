@@ -278,7 +278,13 @@ class _ModuleState:
         if validate is None:
             return
         try:
-            validate(inst.shape, self.num_devices)
+            if inst.shape.is_tuple and not inst.sharding.is_tuple:
+                # XLA reads a non-tuple sharding on a tuple as one per leaf (as
+                # annotations.normalize does).
+                for _, leaf in inst.shape.leaves():
+                    validate(leaf, self.num_devices)
+            else:
+                validate(inst.shape, self.num_devices)
         except HloSpmdError as e:
             raise VerifierError(f"invalid sharding {inst.sharding}: {e.message}",
                                 _where(comp, inst)) from None
