@@ -221,3 +221,24 @@ def test_slice_pricing_of_a_layer_stack(monkeypatch):
     assert again.serialize() == got.partition.serialize()
     outs = run_partitioned(got.partition.serialize(), args, 8, poison_padding=True)
     np.testing.assert_allclose(outs[0], run_unpartitioned(hlo, args)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_layers_returned_in_a_tuple_still_share_one_decision():
+    """The root tuple lists every layer's updated weight at its own position: that
+    position must not split the layers into groups of one (it did: 28 layers gave 281
+    groups)."""
+    import jax.numpy as jnp
+
+    from hlo_spmd.search.candidates import structural_groups
+
+    def f(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return (x, *[w - 0.1 * jnp.sum(x) for w in ws])
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 32), dtype=np.float32)] + [
+        rng.standard_normal((32, 32), dtype=np.float32) for _ in range(6)]
+    m = hlo_spmd.load(sm._lower(f, args))
+    groups = structural_groups(m, m.entry.parameters[1:])
+    assert max(len(g) for g in groups) >= 3
