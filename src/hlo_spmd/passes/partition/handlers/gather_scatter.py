@@ -398,7 +398,7 @@ def _gather_strategies(ctx: PartitionContext, inst: Instruction, vals: Sequence[
         gd.parallel = dict(zip(implicit.operand, implicit.indices))
     op_dims = inst.operands[0].shape.dims
     n = ctx.num_devices
-    op_labels = gd.operand_op_labels(op_dims)
+    op_labels = gd.operand_labels(op_dims)
     for p in gd.index_map:
         # A window wider than one row on an indexed dim: read where its start row lives,
         # from the shard extended by the rows after it (a windowed read, not the whole dim).
