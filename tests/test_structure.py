@@ -153,7 +153,7 @@ OPCODE_SET_ALLOW_LIST = sorted([
         'convolution', 'dot', 'dynamic-slice', 'dynamic-update-slice', 'gather',
         'get-tuple-element', 'infeed', 'iota', 'opt-barrier', 'pad', 'reduce', 'reduce-scatter',
         'reduce-window', 'reshape', 'reverse', 'rng-bit-generator', 'scatter',
-        'select-and-scatter', 'slice', 'sort', 'transpose', 'tuple', 'while'
+        'select-and-scatter', 'slice', 'sort', 'topk', 'transpose', 'tuple', 'while'
     )),
     ('src/hlo_spmd/passes/propagation/engine.py', ('call', 'conditional')),
     ('src/hlo_spmd/passes/propagation/engine.py', ('concatenate', 'dynamic-slice')),
