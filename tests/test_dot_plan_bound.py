@@ -80,18 +80,33 @@ def _cases():
         yield bmm, ((8, 16, 24), (8, 24, 12)), ls, rs, os_
 
 
-def test_bound_chooses_the_exhaustive_plan():
+def test_bound_chooses_the_exhaustive_plan(monkeypatch):
+    from hlo_spmd.passes.partition.handlers import dot_plan
+
+    # The distinct reshards each search prices (reshard_cost, the one pricing entry).
+    priced: dict[str, set] = {"bounded": set(), "full": set()}
+    who = ["bounded"]
+    real = dot_plan.reshard_cost
+
+    def counting(dims, itemsize, src, dst, n):
+        priced[who[0]].add((tuple(dims), itemsize, src, dst, n))
+        return real(dims, itemsize, src, dst, n)
+
+    monkeypatch.setattr(dot_plan, "reshard_cost", counting)
     bounded, full = Planner(), ExhaustivePlanner()
     n = 0
     for dims, (ls_shape, rs_shape), ls, rs, os_ in _cases():
         p = Problem(dims, ls_shape, rs_shape, parse_sharding(ls), parse_sharding(rs),
                     parse_sharding(os_), 8, (4, 4, 4))
-        got, want = bounded.plan(p), full.plan(p)
+        who[0] = "bounded"
+        got = bounded.plan(p)
+        who[0] = "full"
+        want = full.plan(p)
         assert _describe(got) == _describe(want), (ls_shape, rs_shape, ls, rs, os_)
         n += 1
     assert n > 600
     # The bound prunes: fewer reshards priced than the full search.
-    assert len(bounded._rb) < len(full._rb)
+    assert 0 < len(priced["bounded"]) < len(priced["full"])
 
 
 @pytest.mark.parametrize("bound", [0.0, 1.0])
