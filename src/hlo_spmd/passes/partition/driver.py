@@ -105,13 +105,10 @@ def maximal_like(shape, device: int) -> HloSharding:
 def _on_device_runs_as_written(inst: Instruction) -> bool:
     """Compute on one device runs as written there (XLA clones such an op on whole
     operands); side effects keep their handlers (run under a conditional on the owner),
-    as do device ids, control flow, collectives and custom-calls."""
-    return (_manual_runs_as_written(inst) and inst.opcode not in SIDE_EFFECTING
-            and inst.opcode not in _DEVICE_IDS)
-
-
-# Their meaning depends on which device runs them: their handlers decide.
-_DEVICE_IDS = frozenset({"partition-id", "replica-id"})
+    as do control flow, collectives, custom-calls and ops without operands (constants,
+    iotas, device ids: made where they are needed, or refused, by their handlers)."""
+    return (bool(inst.operands) and _manual_runs_as_written(inst)
+            and inst.opcode not in SIDE_EFFECTING)
 
 
 def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
