@@ -19,7 +19,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
                                                PartitionReport)
-from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, DEVICE_IDS, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, SIDE_EFFECTING
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
@@ -105,9 +105,10 @@ def maximal_like(shape, device: int) -> HloSharding:
 def _on_device_runs_as_written(inst: Instruction) -> bool:
     """Compute on one device runs as written there (XLA clones such an op on whole
     operands); side effects keep their handlers (run under a conditional on the owner),
-    as do device ids, control flow, collectives and custom-calls."""
-    return (_manual_runs_as_written(inst) and inst.opcode not in SIDE_EFFECTING
-            and inst.opcode not in DEVICE_IDS)
+    as do control flow, collectives, custom-calls and ops without operands (constants,
+    iotas, device ids: made where they are needed, or refused, by their handlers)."""
+    return (bool(inst.operands) and _manual_runs_as_written(inst)
+            and inst.opcode not in SIDE_EFFECTING)
 
 
 def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
