@@ -18,7 +18,9 @@
 3. Summary: per module ours/XLA ratio and status (ok, refused by us, refused by XLA,
    timeout, error). Ratio is 1 when both move 0 bytes; a module where XLA moves 0 and we
    move more is listed separately and left out of the geometric mean (its ratio is
-   infinite). The geometric mean is over the modules both sides partitioned.
+   infinite). The geometric mean is over the modules both sides partitioned; a ratio of 0
+   (we move nothing, XLA moves bytes) is floored at 1e-9 (``geomean_finite``) and at 0.01
+   (``geomean_finite_floor_0.01``, which a few such modules cannot dominate).
 
 The file and the modules cut from it are XLA's (fetched public material): keep them out of
 this repository; DIR defaults to ``/work/ext/suite``.
@@ -247,7 +249,10 @@ def summarize(results: list[dict]) -> dict:
     both = [r for r in results if r["ours"]["status"] == "ok" and r["xla"]["status"] == "ok"]
     ratios = [ratio(r["ours"]["bytes"], r["xla"]["bytes"]) for r in both]
     finite = [x for x in ratios if math.isfinite(x)]
+    # A module where we move 0 bytes and XLA more has ratio 0: its log is floored (at
+    # 1e-9, and at 0.01 for a mean that a few such modules cannot dominate).
     logs = [math.log(max(x, 1e-9)) for x in finite]
+    logs_01 = [math.log(max(x, 0.01)) for x in finite]
     status = {}
     for r in results:
         key = f"ours {r['ours']['status']} / xla {r['xla']['status']}"
@@ -259,7 +264,9 @@ def summarize(results: list[dict]) -> dict:
         "above_1.5x": sum(1 for x in ratios if x > 1.5),
         "xla_zero_ours_positive": sorted(r["name"] for r, x in zip(both, ratios)
                                          if math.isinf(x)),
+        "ours_zero_xla_positive": sum(1 for x in finite if x == 0),
         "geomean_finite": math.exp(sum(logs) / len(logs)) if logs else None,
+        "geomean_finite_floor_0.01": math.exp(sum(logs_01) / len(logs_01)) if logs else None,
         "status": status,
     }
 
