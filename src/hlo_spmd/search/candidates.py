@@ -205,7 +205,7 @@ def attach_outputs(module: Module, groups: Sequence[Sequence[Instruction]],
             seen.add(inst)
             if inst in group_of:
                 found = group_of[inst]
-            elif is_elementwise(inst.opcode) or inst.opcode in ("copy", "convert"):
+            elif is_elementwise(inst.opcode):
                 stack.extend(inst.operands)
         if found is None:
             out.append([slot])

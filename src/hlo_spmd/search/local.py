@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from hlo_spmd.errors import HloSpmdError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
+from hlo_spmd.ir.opcodes import is_elementwise
 from hlo_spmd.search.candidates import Mesh, OutputSlot, Spec
 from hlo_spmd.search.pricing import Price, Pricer
 
@@ -37,7 +38,6 @@ RADIUS = 4
 #: A value with more users than this (a broadcast scalar, the learning rate) is kept in a
 #: slice but not walked through: it would pull the whole program in.
 HUB_USERS = 12
-_LEAVES = frozenset({"parameter", "constant", "broadcast", "iota"})
 
 
 def local_bytes(dims: Sequence[int], itemsize: float, spec: Spec, mesh: Mesh) -> float:
@@ -112,9 +112,9 @@ class LocalPricer:
         return out
 
     def layer(self, p: Instruction, steps: int = 12) -> set[Instruction]:
-        """What ``p`` reaches through values of its own shape (operands and users, up
-        to ``steps`` hops): a weight's optimizer states and gradient, not the next
-        layer's weight (layers meet through activations, of other shapes)."""
+        """What ``p`` reaches through elementwise values of its own shape (operands and
+        users, up to ``steps`` hops): a weight's optimizer states and gradient, not the
+        next layer's weight (layers meet through activations, of other shapes)."""
         out = {p}
         frontier = [p]
         for _ in range(steps):
@@ -125,8 +125,11 @@ class LocalPricer:
                 for x in near:
                     if x not in out and x.shape == p.shape:
                         out.add(x)
-                        if x.opcode not in _LEAVES:  # (a broadcast learning rate is
-                            nxt.append(x)           # shared by every layer's update)
+                        # Walked on through elementwise ops only (the update
+                        # chain): not through a parameter, nor a broadcast learning
+                        # rate that every layer's update shares.
+                        if is_elementwise(x.opcode):
+                            nxt.append(x)
             frontier = nxt
         return out
 
