@@ -136,7 +136,7 @@ def test_a_losing_candidate_leaves_no_trace():
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "fixtures", "hlo", "argmax_sort_sharded.pb")
-    result = partition(load_module(path), 8)
+    result = partition_in_place(load_module(path), 8)
     assert [r.message() for r in result.report.causes.remats] == []
     assert result.report.replicated_fallbacks == []
     assert "all-to-all" in {i.opcode for i in result.module.instructions()}
