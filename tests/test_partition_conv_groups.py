@@ -146,10 +146,10 @@ def test_parallel_spatial_dim_other_forms(form):
     (XLA's own partitioner aborts on them: no XLA figure)."""
     module = parse_module(_parallel_conv(form))
     original = module_bytes(module)
-    result = partition(module, 4, complete=True)
+    result = partition_in_place(module, 4, complete=True)
     report = verify(original, module_bytes(result.module), 4, poison_padding=True)
     assert report.ok, str(report)
-    first = partition(parse_module(_parallel_conv(PARALLEL_FORMS[0])), 4, complete=True)
+    first = partition_in_place(parse_module(_parallel_conv(PARALLEL_FORMS[0])), 4, complete=True)
     assert module_stats(result.module, 4).total_bytes_per_device == \
         module_stats(first.module, 4).total_bytes_per_device
 
