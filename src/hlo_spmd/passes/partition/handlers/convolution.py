@@ -254,11 +254,13 @@ def _held_whole(dims: DotDims, lhs: PValue, outer: HloSharding,
     return partial_replicate(outer, whole) if whole else outer
 
 
-class _SpatialSetup(NamedTuple):
-    """How the windowed dims ``spatial`` are partitioned with halos: the device groups
-    (one per tile of those dims), the operands' and result's shardings inside a group and
-    outside (``held``: the input as resharded before the exchange)."""
-    spatial: list
+class _HaloSetup(NamedTuple):
+    """How a halo way partitions the windowed dims it groups by (``windowed``: the input-
+    driven way's (lhs, out, window) triples, or the kernel-driven way's (lhs, rhs, out,
+    window) quadruples): the device groups (one per tile of those dims), the operands' and
+    result's shardings inside a group and outside (``held``: the input as resharded
+    before the exchange)."""
+    windowed: list
     groups: np.ndarray
     sizes: tuple[int, ...]
     inner_l: HloSharding
@@ -270,7 +272,7 @@ class _SpatialSetup(NamedTuple):
 
 
 def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
-                   spatial: list[tuple[int, int, int]]) -> _SpatialSetup:
+                   spatial: list[tuple[int, int, int]]) -> _HaloSetup:
     """Group devices by the tiles of the windowed dims ``spatial`` (of the result when it
     tiles them, else of the input) and derive every sharding the halo way uses."""
     out_tiled = target.is_tiled and any(data_tiles(target, dims.out_rank)[o] > 1
@@ -292,7 +294,7 @@ def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, None, sizes, inner_r)
     held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    return _SpatialSetup(spatial, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+    return _HaloSetup(spatial, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
                          rhs_outer, held)
 
 
@@ -315,7 +317,7 @@ def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[
 
 
 def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                   rhs: PValue, target: HloSharding, st: _SpatialSetup) -> float:
+                   rhs: PValue, target: HloSharding, st: _HaloSetup) -> float:
     """Bytes of the halo way: the operands' reshards, the halo exchanges, the plan inside
     the groups and the result's reshard to ``target``."""
     from hlo_spmd.passes.partition.handlers.dot import _PLANNER, _ebytes
@@ -329,26 +331,26 @@ def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
     local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
     window = list(dims.window)
     for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
-                                                             st.spatial, st.sizes):
+                                                             st.windowed, st.sizes):
         rows = wplan.key()[0]
         if local[ld]:
             moved += rows * float(np.prod(local)) / local[ld] * eb[0]
         local[ld] = wplan.width
         window[i] = w
     lwin = list(lshape)
-    for ld, _, _ in st.spatial:
+    for ld, _, _ in st.windowed:
         lwin[ld] = local[ld]
     inner = Problem(dims.with_window(window), tuple(lwin), rshape, st.inner_l, st.inner_r,
                     st.inner_o, int(st.groups.shape[1]), eb)
     moved += _PLANNER.plan(inner).cost.bytes
-    o_dims = [o for _, o, _ in st.spatial]
+    o_dims = [o for _, o, _ in st.windowed]
     out = ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes, st.inner_o)
     moved += reshard_cost(dims.out_dims(lshape, rshape), eb[2], out, target, n)
     return moved
 
 
 def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                       rhs: PValue, target: HloSharding, st: _SpatialSetup) -> PValue:
+                       rhs: PValue, target: HloSharding, st: _HaloSetup) -> PValue:
     """Give every device the input window of its output tile (halo exchange) inside the
     groups of ``st``, and plan the rest inside the groups."""
     c = dims.conv
@@ -365,7 +367,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     zero = ctx.b.scalar(0, x)
     extras = []
     for ld, od, i, t, starts, width, w, extra, wplan in _spatial_windows(
-            dims, lhs, st.held, list(x.shape.dims), st.spatial, st.sizes):
+            dims, lhs, st.held, list(x.shape.dims), st.windowed, st.sizes):
         size = int(lhs.base_shape.dims[ld])
         window[i] = w
         tidx = tile_index_table(ctx, st.lhs_outer, ld)
@@ -383,7 +385,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     # Inside the groups the windowed output dims are whole: drop the extra leading rows.
     for od, extra, tidx in extras:
         y = drop_extra_rows(ctx, y, od, extra, tidx)
-    o_dims = [o for _, o, _ in st.spatial]
+    o_dims = [o for _, o, _ in st.windowed]
     out = PValue(y, inst.shape, ungroup_to(st.groups, dims.out_rank, o_dims, st.sizes,
                                            st.inner_o))
     return ctx.reshard(out, target)
@@ -416,22 +418,8 @@ def _kernel_halo_dims(ctx: PartitionContext, dims: DotDims, lhs: PValue, rhs: PV
     return out
 
 
-class _KernelSetup(NamedTuple):
-    """The kernel's halo way: device groups by the kernel's (or the input's) tiles of the
-    windowed dims ``kernel``, shardings inside a group and outside."""
-    kernel: list
-    groups: np.ndarray
-    sizes: tuple[int, ...]
-    inner_l: HloSharding
-    inner_r: HloSharding
-    inner_o: HloSharding
-    lhs_outer: HloSharding
-    rhs_outer: HloSharding
-    held: HloSharding
-
-
 def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
-                  kernel: list[tuple[int, int, int, int]]) -> _KernelSetup:
+                  kernel: list[tuple[int, int, int, int]]) -> _HaloSetup:
     r_dims = [r for _, r, _, _ in kernel]
     l_dims = [l for l, _, _, _ in kernel]
     # Group by the kernel's tiles, or by the input's when the kernel holds them whole.
@@ -451,16 +439,16 @@ def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
     lhs_outer = ungroup_to(groups, dims.lhs_rank, l_dims, sizes, inner_l)
     rhs_outer = ungroup_to(groups, dims.rhs_rank, r_dims, sizes, inner_r)
     held = _held_whole(dims, lhs, lhs_outer, l_dims)
-    return _KernelSetup(kernel, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
+    return _HaloSetup(kernel, groups, sizes, inner_l, inner_r, inner_o, lhs_outer,
                         rhs_outer, held)
 
 
-def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _KernelSetup):
+def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _HaloSetup):
     """Per kernel-tiled dim: (lhs dim, kernel dim, window index, tiles, input starts per
     tile, input width, the kernel rows per tile, the per-tile window)."""
     out_dims = dims.out_dims(lhs.base_shape.dims, rhs.base_shape.dims)
     out = []
-    for (ld, rd, od, i), t in zip(ks.kernel, ks.sizes):
+    for (ld, rd, od, i), t in zip(ks.windowed, ks.sizes):
         w = dims.window[i]
         rk = -(-int(rhs.base_shape.dims[rd]) // t)
         k = np.arange(t, dtype=np.int64)
@@ -477,7 +465,7 @@ def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _KernelSetup):
 
 
 def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: PValue,
-                  rhs: PValue, target: HloSharding, ks: _KernelSetup) -> float:
+                  rhs: PValue, target: HloSharding, ks: _HaloSetup) -> float:
     """Bytes of the kernel's halo way: the operands' reshards, the input's halo
     exchanges, the plan inside the groups, the all-reduce across them and the result's
     reshard to ``target``."""
@@ -516,13 +504,13 @@ def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
 @with_cause("contraction")  # the all-reduce sums the per-window partial products
 def _partition_kernel_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims,
                               lhs: PValue, rhs: PValue, target: HloSharding,
-                              ks: _KernelSetup) -> PValue:
+                              ks: _HaloSetup) -> PValue:
     """Each device convolves its kernel rows with the input rows they meet (a halo
     exchange on the input), and the partial results are summed across the groups of
     ``ks`` (all-reduce)."""
     from hlo_spmd.passes.partition.handlers.dot import mask_padding
 
-    r_dims = [r for _, r, _, _ in ks.kernel]
+    r_dims = [r for _, r, _, _ in ks.windowed]
     l = ctx.reshard(lhs, ks.held)
     r = mask_padding(ctx, ctx.reshard(rhs, ks.rhs_outer), r_dims)
     x = l.hlo
