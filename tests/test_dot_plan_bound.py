@@ -81,7 +81,7 @@ def _cases():
 
 
 def test_bound_chooses_the_exhaustive_plan(monkeypatch):
-    from hlo_spmd.passes.partition.handlers import dot_plan
+    from hlo_spmd.passes.partition.support import dot_plan
 
     # The distinct reshards each search prices (reshard_cost, the one pricing entry).
     priced: dict[str, set] = {"bounded": set(), "full": set()}

@@ -168,11 +168,14 @@ class OwnerReduceScatter(Step):
 
 
 class Gather(Step):
-    """Tiled -> replicated: one all-gather per tiled dim, padding sliced off at the end."""
+    """Tiled -> replicated: one all-gather per tiled dim, padding sliced off at the end
+    (the whole value, when the reshard cache already holds it, e.g. the value a tile was
+    cut from)."""
     kind = "all-gather"
 
     def emit(self, ctx, pv):
-        return replicate(ctx, pv)
+        hit = ctx.state.reshard_cache.get(_cache_key(ctx, pv, HloSharding.replicate()))
+        return hit[1] if hit is not None else replicate(ctx, pv)
 
 
 class CutLocal(Step):
@@ -373,11 +376,10 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
             return steps
     tiles = src.tile_dims_for_data() if src.is_tiled else [1] * rank
     if dst.is_maximal:
-        # A replicated value is valid on the owner device as well (through ``reshard``,
-        # so a remembered one, e.g. the whole value a tile was cut from, costs nothing).
+        # A replicated value is valid on the owner device as well.
         rep = HloSharding.replicate()
         if not src.is_replicated:
-            steps.append(Via(src, rep, reshard_plan(dims, itemsize, src, rep, n).cost))
+            steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles)))
         return steps + [Relabel(rep, dst)]
     from hlo_spmd.passes.partition import reshard_routes
 
