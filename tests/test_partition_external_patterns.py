@@ -242,6 +242,11 @@ ENTRY %main (xa: f32[8,16], xb: f32[8,16], i: s32[6], ua: f32[6,16], ub: f32[6,1
     # from below, one a row from above (two permutes of 1x5 floats).
     ("f32[6,5]", "{devices=[2,1,3]<=[6] last_tile_dim_replicate}",
      "{devices=[3,1,2]<=[6] last_tile_dim_replicate}", 6, 2 * 5 * 4),
+    # 3 rows per tile -> 5: pairs of tiles joined by all-gather hold rows 0-5 and 6-11
+    # (not a sharding's tiles), the second half's holders then take row 5 from below:
+    # the gather (half of 6x3 floats) and one permute of 1x3 floats.
+    ("f32[10,3]", "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8, 3 * 3 * 4 + 3 * 4),
 ])
 def test_partial_replicate_to_straddling_tiles_exchanges_halos(shape, src, dst, n, expect):
     text = f"""HloModule m

@@ -204,7 +204,7 @@ def test_plans_are_well_formed(case):
     assert best.layouts[-1].same_as(b)
     check_plan_well_formed(best, a, dims)
     assert best.cost >= 0 and best.collectives <= sum(
-        2 if isinstance(s, HaloSlice) else 1 for s in best.steps)  # a permute per side
+        3 if isinstance(s, HaloSlice) else 1 for s in best.steps)  # join + a permute per side
 
 
 # -- which collectives the canonical cases use ---------------------------------------------

@@ -720,17 +720,20 @@ class HaloSlice(Step):
     tile (each holder sends to at most one device), the rest is a local cut; the pieces
     are joined and the tile is cut out at a per-device offset. Priced as the permutes of
     the widest halo on each side (XLA's halo exchange for partially replicated ->
-    tiled)."""
+    tiled). ``join=(dim, f)``: first an all-gather joining ``f`` neighbouring tiles of
+    ``dim`` whose joined tiles are not a sharding's tiles (uneven dim: 4 tiles of 2 rows
+    of 6 joined in pairs hold rows 0-3 and 4-7, not 3 each), cut from as they are."""
     collectives = 1
 
-    def __init__(self, to: Layout) -> None:
+    def __init__(self, to: Layout, join: tuple[int, int] | None = None) -> None:
         self.to = to
+        self.join = join
 
     def __repr__(self) -> str:
-        return f"HaloSlice(to {self.to!r})"
+        return f"HaloSlice(to {self.to!r}, join={self.join!r})"
 
     def _form(self, lay: Layout, dims):
-        key = (lay.key, self.to.key, tuple(int(v) for v in dims))
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join)
         if key in _HALO_FORMS:
             return _HALO_FORMS[key]
         return _HALO_FORMS.put(key, self._form_uncached(lay, dims))
@@ -741,11 +744,22 @@ class HaloSlice(Step):
         lx = np.asarray(_local(lay.tiles, dims), np.int64)
         ly = np.asarray(_local(self.to.tiles, dims), np.int64)
         n, rank = self.to.coords.shape
+        coords, tiles = lay.coords, lay.tiles
+        if self.join is not None:  # the layout after the join, tiles of f * lx rows
+            gk, f = self.join
+            if f < 2 or tiles[gk] % f:
+                return None
+            coords = coords.copy()
+            coords[:, gk] //= f
+            tiles = tuple(t // f if j == gk else t for j, t in enumerate(tiles))
+            lx[gk] *= f
+        holder = np.ravel_multi_index(tuple(coords.T), tiles).astype(np.int64) \
+            if tiles else np.zeros(n, np.int64)
         empty = np.zeros(n, bool)  # the whole target tile is padding
         xs, ys, xe, ye = [], [], [], []
         for k in range(rank):
             d = int(dims[k])
-            xs.append(lay.coords[:, k] * lx[k])
+            xs.append(coords[:, k] * lx[k])
             ys.append(self.to.coords[:, k] * ly[k])
             xe.append(np.minimum(xs[k] + lx[k], d))
             ye.append(np.minimum(ys[k] + ly[k], d))
@@ -766,11 +780,11 @@ class HaloSlice(Step):
             if width == 0:
                 sides.append(None)
                 continue
-            coords = lay.coords.copy()
-            coords[:, k] += step
+            nb = coords.copy()
+            nb[:, k] += step
             recv = np.nonzero(need > 0)[0]
-            want = np.ravel_multi_index(tuple(coords[recv].T), lay.tiles).astype(np.int64)
-            pairs = _match_holders(lay.tile_ids(), recv, want)
+            want = np.ravel_multi_index(tuple(nb[recv].T), tiles).astype(np.int64)
+            pairs = _match_holders(holder, recv, want)
             if pairs is None:
                 return None
             sides.append((width, pairs))
@@ -786,11 +800,16 @@ class HaloSlice(Step):
         return self.to if self._form(lay, dims) is not None else None
 
     def count(self, lay, dims):
-        return sum(side is not None for side in self._form(lay, dims)[5])
+        joins = self.join is not None
+        return joins + sum(side is not None for side in self._form(lay, dims)[5])
 
     def cost(self, lay, dims, itemsize):
         k, _, _, ly, _, sides, _, _ = self._form(lay, dims)
         total = 0.0
+        if self.join is not None:
+            part = _nbytes(_local(lay.tiles, dims), itemsize)
+            f = self.join[1]
+            total += bytes_per_device("all-gather", part, part * f, f)
         for side in sides:
             if side is not None:
                 shape = [int(v) for v in ly]
@@ -804,6 +823,9 @@ class HaloSlice(Step):
 
         k, off, lx, ly, need, sides, hl, kneed = self._form(lay, dims)
         rank = len(dims)
+        if self.join is not None:
+            gk, f = self.join
+            x = ctx.f.all_gather(x, gk, AllGather(gk, f).groups(lay))
         x = pad_to(ctx, x, [int(v) for v in need])
         n = lay.num_devices
         # This device's own part: the target's tile on the other dims, dim k whole.
@@ -1081,10 +1103,14 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
     gathers = dict(spec.gathers)
     for a, _, f in dropped:
         gathers[a] = gathers.get(a, 1) * f
+    join = None
     for k in sorted(gathers):
         st = AllGather(k, gathers[k])
         if st.apply(lay, dims) is None:
             if lay.tiles[k] < 2:
+                continue
+            if halo and join is None and gathers[k] > 1:
+                join = (k, gathers[k])  # joined as they are, in the halo slice
                 continue
             st = AllGather(k, lay.tiles[k])  # the whole dim
         new = st.apply(lay, dims)
@@ -1095,7 +1121,7 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
     if halo:
         # The target's tiles straddle the current ones on one dim: the missing edge rows
         # come from the neighbours instead of gathering the dim whole.
-        st = HaloSlice(dst)
+        st = HaloSlice(dst, join)
         if st.apply(lay, dims) is None:
             return None
         steps.append(st)
