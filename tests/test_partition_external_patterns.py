@@ -229,3 +229,31 @@ ENTRY %main (xa: f32[8,16], xb: f32[8,16], i: s32[6], ua: f32[6,16], ub: f32[6,1
     out, _ = check(text, 8)
     root = out.entry.root
     assert [tuple(s.dims) for s in root.shape.tuple_shapes] == [(8, 2), (8, 2)]
+
+
+# -- partially replicated -> tiled where the new tiles straddle the old ones (uneven
+# re-tiling): the missing edge rows come from a neighbour tile's holder by
+# collective-permute (reshard_routes.HaloSlice), not by gathering the dim whole ----------
+@pytest.mark.parametrize("shape, src, dst, n, expect", [
+    # 5 rows per tile -> 2: right halos only (up to 3 rows of 4 floats: rows 5-7).
+    ("f32[10,4]", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "{devices=[8,1]<=[8]}",
+     8, 3 * 4 * 4),
+    # 3 rows per tile -> 2, both tilings partially replicated: one device needs a row
+    # from below, one a row from above (two permutes of 1x5 floats).
+    ("f32[6,5]", "{devices=[2,1,3]<=[6] last_tile_dim_replicate}",
+     "{devices=[3,1,2]<=[6] last_tile_dim_replicate}", 6, 2 * 5 * 4),
+    # 3 rows per tile -> 5: pairs of tiles joined by all-gather hold rows 0-5 and 6-11
+    # (not a sharding's tiles), the second half's holders then take row 5 from below:
+    # the gather (half of 6x3 floats) and one permute of 1x3 floats.
+    ("f32[10,3]", "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8, 3 * 3 * 4 + 3 * 4),
+])
+def test_partial_replicate_to_straddling_tiles_exchanges_halos(shape, src, dst, n, expect):
+    text = f"""HloModule m
+ENTRY %main (x: {shape}) -> {shape} {{
+  %x = {shape} parameter(0), sharding={src}
+  ROOT %c = {shape} copy(%x), sharding={dst}
+}}
+"""
+    out, ours = check(text, n)
+    assert ours == expect, ours

@@ -37,7 +37,7 @@ from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  #
                                                PartitionReport)
 from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402
 from hlo_spmd.passes.partition.reshard import reshard  # noqa: E402
-from hlo_spmd.passes.partition.reshard_routes import layout_of, plan_reshard  # noqa: E402
+from hlo_spmd.passes.partition.reshard_routes import HaloSlice, layout_of, plan_reshard  # noqa: E402,E501
 from hlo_spmd.proto import hlo_pb2  # noqa: E402
 from hlo_spmd.sharding import HloSharding, parse_sharding, tile_shape  # noqa: E402
 
@@ -203,7 +203,8 @@ def test_plans_are_well_formed(case):
         return
     assert best.layouts[-1].same_as(b)
     check_plan_well_formed(best, a, dims)
-    assert best.cost >= 0 and best.collectives <= len(best.steps)
+    assert best.cost >= 0 and best.collectives <= sum(
+        3 if isinstance(s, HaloSlice) else 1 for s in best.steps)  # join + a permute per side
 
 
 # -- which collectives the canonical cases use ---------------------------------------------
@@ -431,8 +432,10 @@ CHAINS = [
     ([1, 2, 1], ["{devices=[2,1,1]0,1}", "{devices=[1,1,2]0,1}", "{devices=[2,1,1]0,1}",
                  "{devices=[1,1,2]0,1}"], 2, 3),
     ([3, 5], ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}", "{devices=[2,1]0,1}"], 2, 2),
+    # (The first step is a halo cut, HaloSlice: device 0 takes the one column it lacks,
+    # 8 bytes, where the padded all-to-all moves 12.)
     ([1, 3, 2], ["{devices=[1,2,1]<=[2]}", "{devices=[2,1,1]<=[2]}",
-                 "{devices=[1,1,2]<=[2]}", "{devices=[1,2,1]<=[2]}"], 2, 3),
+                 "{devices=[1,1,2]<=[2]}", "{devices=[1,2,1]<=[2]}"], 2, 2),
     # Two moves in one all-to-all, there and back.
     ([4, 4, 4], ["{devices=[2,2,1]<=[4]}", "{devices=[1,1,4]<=[4]}",
                  "{devices=[2,2,1]<=[4]}"], 4, 2),

@@ -2,12 +2,16 @@
 
 A sharding is handled here as a *layout*: the number of tiles along every data dim and,
 for every logical device, the data tile it holds (its replication position does not
-matter: devices holding the same tile hold the same data). Layouts change through four
+matter: devices holding the same tile hold the same data). Layouts change through five
 kinds of steps, each checked exactly (uneven dims included) before it is used:
 
   slice       every device cuts a finer tile out of what it holds: dynamic-slice at a
               per-device offset, no traffic (XLA's ReshardFromPartialReplicateWith-
               DynamicSlice and the replicated -> tiled case);
+  halo slice  as slice, but on one dim the new tile runs past the local one (uneven
+              re-tiling): the edge rows it lacks come from a neighbour tile's holder by
+              one collective-permute per side (XLA's halo exchange in its partially
+              replicated -> tiled reshard);
   all-gather  ``f`` neighbouring tiles of one dim are joined within groups of ``f``
               devices (XLA's ReshardToPartialReplicateWithAllGather);
   all-to-all  a factor ``f`` of the tiling moves from dim ``a`` to dim ``b``; several
@@ -16,7 +20,8 @@ kinds of steps, each checked exactly (uneven dims included) before it is used:
   permute     same tiling, different devices: one collective-permute whose pairs come
               from matching the holders of every tile (XLA's ReshardWithCollectivePermute).
 
-A *plan* is a chain ``[permute] slice all-to-all* all-gather* slice [permute]``. Candidate
+A *plan* is a chain ``[permute] slice all-to-all* all-gather* slice [permute]`` (or
+ending in a halo slice instead of the gathers of uneven dims and the last slice). Candidate
 plans are built from the two tilings (factors that leave a dim move to a dim that needs
 them, in every order that matters; excess factors are gathered; missing ones are sliced,
 before the other steps while the source's replication allows, after them otherwise), with
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "chosen_plan",
            "reshard_with_plan",
-           "Slice", "AllGather", "AllToAll", "Permute", "Plan"]
+           "Slice", "HaloSlice", "AllGather", "AllToAll", "Permute", "Plan"]
 
 
 # The records here are plain classes, not dataclasses: they need no generated equality,
@@ -300,6 +305,10 @@ class Step:
 
     def cost(self, lay: Layout, dims: tuple[int, ...], itemsize: float) -> float:
         return 0.0
+
+    def count(self, lay: Layout, dims: tuple[int, ...]) -> int:
+        """The collectives the step emits from ``lay``."""
+        return self.collectives
 
     def emit(self, ctx: "PartitionContext", x: Instruction, lay: Layout,
              dims: tuple[int, ...]) -> Instruction:
@@ -701,6 +710,176 @@ class Permute(Step):
         return ctx.f.collective_permute(x, self.pairs(lay))
 
 
+_HALO_FORMS = BoundedMemo(4096)  # (layout, target layout, dims) -> HaloSlice._form
+
+
+class HaloSlice(Step):
+    """Cut ``to``'s tile where, along one dim, it runs past the local tile into the
+    neighbouring tiles (uneven re-tiling, 3 rows per tile -> 2): the rows missing below
+    and above arrive by one collective-permute per side from a holder of the neighbour
+    tile (each holder sends to at most one device), the rest is a local cut; the pieces
+    are joined and the tile is cut out at a per-device offset. Priced as the permutes of
+    the widest halo on each side (XLA's halo exchange for partially replicated ->
+    tiled). ``join=(dim, f)``: first an all-gather joining ``f`` neighbouring tiles of
+    ``dim`` whose joined tiles are not a sharding's tiles (uneven dim: 4 tiles of 2 rows
+    of 6 joined in pairs hold rows 0-3 and 4-7, not 3 each), cut from as they are."""
+    collectives = 1
+
+    def __init__(self, to: Layout, join: tuple[int, int] | None = None) -> None:
+        self.to = to
+        self.join = join
+
+    def __repr__(self) -> str:
+        return f"HaloSlice(to {self.to!r}, join={self.join!r})"
+
+    def _form(self, lay: Layout, dims):
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join)
+        if key in _HALO_FORMS:
+            return _HALO_FORMS[key]
+        return _HALO_FORMS.put(key, self._form_uncached(lay, dims))
+
+    def _form_uncached(self, lay: Layout, dims):
+        if self.to.num_devices != lay.num_devices or not self.to.balanced():
+            return None
+        lx = np.asarray(_local(lay.tiles, dims), np.int64)
+        ly = np.asarray(_local(self.to.tiles, dims), np.int64)
+        n, rank = self.to.coords.shape
+        coords, tiles = lay.coords, lay.tiles
+        if self.join is not None:  # the layout after the join, tiles of f * lx rows
+            gk, f = self.join
+            if f < 2 or tiles[gk] % f:
+                return None
+            coords = coords.copy()
+            coords[:, gk] //= f
+            tiles = tuple(t // f if j == gk else t for j, t in enumerate(tiles))
+            lx[gk] *= f
+        holder = np.ravel_multi_index(tuple(coords.T), tiles).astype(np.int64) \
+            if tiles else np.zeros(n, np.int64)
+        empty = np.zeros(n, bool)  # the whole target tile is padding
+        xs, ys, xe, ye = [], [], [], []
+        for k in range(rank):
+            d = int(dims[k])
+            xs.append(coords[:, k] * lx[k])
+            ys.append(self.to.coords[:, k] * ly[k])
+            xe.append(np.minimum(xs[k] + lx[k], d))
+            ye.append(np.minimum(ys[k] + ly[k], d))
+            empty |= ys[k] >= d
+        halo = [k for k in range(rank)
+                if not np.all(empty | ((xs[k] <= ys[k]) & (ye[k] <= xe[k])))]
+        if len(halo) != 1:
+            return None  # a plain slice (or halos on two dims: corners, not handled)
+        k = halo[0]
+        left = np.where(empty, 0, np.maximum(xs[k] - ys[k], 0))
+        right = np.where(empty, 0, np.maximum(ye[k] - xe[k], 0))
+        if left.max() > lx[k] or right.max() > lx[k]:
+            return None  # beyond the neighbour tiles
+        off = np.stack([np.where(empty, 0, ys[j] - xs[j]) for j in range(rank)], axis=1)
+        hl, hr = int(left.max()), int(right.max())
+        sides = []
+        for width, need, step in ((hl, left, -1), (hr, right, 1)):
+            if width == 0:
+                sides.append(None)
+                continue
+            nb = coords.copy()
+            nb[:, k] += step
+            recv = np.nonzero(need > 0)[0]
+            want = np.ravel_multi_index(tuple(nb[recv].T), tiles).astype(np.int64)
+            pairs = _match_holders(holder, recv, want)
+            if pairs is None:
+                return None
+            sides.append((width, pairs))
+        # The local buffer padded so every cut fits (other dims: the target's tile at the
+        # device's offset; dim k: whole, the halos joined on either side).
+        need = np.maximum((off + ly).max(axis=0), lx)
+        need[k] = lx[k]
+        joined = hl + int(lx[k]) + hr
+        kneed = max(joined, int((off[:, k] + hl + ly[k]).max()))
+        return k, off, lx, ly, need, sides, hl, kneed
+
+    def apply(self, lay, dims):
+        return self.to if self._form(lay, dims) is not None else None
+
+    def count(self, lay, dims):
+        joins = self.join is not None
+        return joins + sum(side is not None for side in self._form(lay, dims)[5])
+
+    def cost(self, lay, dims, itemsize):
+        k, _, _, ly, _, sides, _, _ = self._form(lay, dims)
+        total = 0.0
+        if self.join is not None:
+            part = _nbytes(_local(lay.tiles, dims), itemsize)
+            f = self.join[1]
+            total += bytes_per_device("all-gather", part, part * f, f)
+        for side in sides:
+            if side is not None:
+                shape = [int(v) for v in ly]
+                shape[k] = side[0]
+                size = _nbytes(shape, itemsize)
+                total += bytes_per_device("collective-permute", size, size, 2)
+        return total
+
+    def emit(self, ctx, x, lay, dims):
+        from hlo_spmd.passes.partition.reshard import pad_to
+
+        k, off, lx, ly, need, sides, hl, kneed = self._form(lay, dims)
+        rank = len(dims)
+        if self.join is not None:
+            gk, f = self.join
+            x = ctx.f.all_gather(x, gk, AllGather(gk, f).groups(lay))
+        x = pad_to(ctx, x, [int(v) for v in need])
+        n = lay.num_devices
+        # This device's own part: the target's tile on the other dims, dim k whole.
+        sizes = [int(v) for v in ly]
+        sizes[k] = int(lx[k])
+        own_off = off.copy()
+        own_off[:, k] = 0
+        mid = ctx.b.dynamic_slice(x, [ctx.logical_table(_frozen_copy(own_off[:, j]))
+                                      for j in range(rank)], sizes)
+        parts = []
+        for side, below in zip(sides, (True, False)):
+            if side is None:
+                parts.append(None)
+                continue
+            width, pairs = side
+            # Each sender cuts its receiver's box: the receiver's offsets on the other
+            # dims (it holds the same tile there), the edge rows on dim k.
+            send_off = np.zeros((n, rank), np.int64)
+            send_off[pairs[:, 0]] = off[pairs[:, 1]]
+            send_off[:, k] = int(lx[k]) - width if below else 0  # the edge rows
+            cut = list(sizes)
+            cut[k] = width
+            piece = ctx.b.dynamic_slice(x, [ctx.logical_table(_frozen_copy(send_off[:, j]))
+                                            for j in range(rank)], cut)
+            parts.append(ctx.f.collective_permute(piece, pairs))
+        ops = [p for p in (parts[0], mid, parts[1]) if p is not None]
+        joined = ctx.b.concatenate(ops, k) if len(ops) > 1 else mid
+        full = list(sizes)
+        full[k] = kneed
+        joined = pad_to(ctx, joined, full)
+        cut_off = np.zeros((n, rank), np.int64)
+        cut_off[:, k] = off[:, k] + hl
+        return ctx.b.dynamic_slice(joined, [ctx.logical_table(_frozen_copy(cut_off[:, j]))
+                                            for j in range(rank)], [int(v) for v in ly])
+
+
+def _match_holders(holder_tile: np.ndarray, recv: np.ndarray,
+                   want: np.ndarray) -> np.ndarray | None:
+    """(sender, receiver) pairs: each receiver ``recv[i]`` gets a distinct holder of tile
+    ``want[i]``; None when a tile has fewer holders than receivers."""
+    devs = np.arange(holder_tile.size)
+    order_h = np.lexsort((devs, holder_tile))
+    sorted_h = holder_tile[order_h]
+    start = np.searchsorted(sorted_h, want, "left")
+    count = np.searchsorted(sorted_h, want, "right") - start
+    order_r = np.lexsort((recv, want))
+    sorted_w = want[order_r]
+    ranks = np.empty(recv.size, np.int64)
+    ranks[order_r] = np.arange(recv.size) - np.searchsorted(sorted_w, sorted_w, "left")
+    if np.any(ranks >= count):
+        return None
+    return np.stack([order_h[start + ranks], recv], axis=1).astype(np.int64)
+
+
 # -- plans -----------------------------------------------------------------------------------
 class Plan:
     """A chain of steps with its cost and the layouts it passes through."""
@@ -738,7 +917,7 @@ def simulate(steps: Sequence[Step], src: Layout, dims: tuple[int, ...],
         c = step.cost(lay, dims, itemsize)
         total += c
         if c > 0 or isinstance(step, (AllGather, AllToAll)):
-            collectives += step.collectives
+            collectives += step.count(lay, dims)
         lay = new
         layouts.append(lay)
     return Plan(list(steps), total, collectives, layouts=layouts)
@@ -892,10 +1071,13 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
     return _Spec(tuple(pre), tuple(moves), True, gathers)
 
 
-def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
+def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
+             halo: bool = False) -> list[Step] | None:
     """The steps of ``spec`` from ``src``, slices choosing ``dst``'s tiles where they can,
     and a final permute if the result is not ``dst``. Moves and gathers that do not work
-    on an uneven dim are replaced by gathering the dim whole and slicing afterwards."""
+    on an uneven dim are replaced by gathering the dim whole and slicing afterwards;
+    ``halo``: the last step is a HaloSlice onto ``dst`` instead (None if it does not
+    apply)."""
     steps: list[Step] = []
     lay = src
     if any(h > 1 for h in spec.pre):
@@ -921,10 +1103,14 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
     gathers = dict(spec.gathers)
     for a, _, f in dropped:
         gathers[a] = gathers.get(a, 1) * f
+    join = None
     for k in sorted(gathers):
         st = AllGather(k, gathers[k])
         if st.apply(lay, dims) is None:
             if lay.tiles[k] < 2:
+                continue
+            if halo and join is None and gathers[k] > 1:
+                join = (k, gathers[k])  # joined as they are, in the halo slice
                 continue
             st = AllGather(k, lay.tiles[k])  # the whole dim
         new = st.apply(lay, dims)
@@ -932,6 +1118,14 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims) -> list[Step] | None:
             return None
         steps.append(st)
         lay = new
+    if halo:
+        # The target's tiles straddle the current ones on one dim: the missing edge rows
+        # come from the neighbours instead of gathering the dim whole.
+        st = HaloSlice(dst, join)
+        if st.apply(lay, dims) is None:
+            return None
+        steps.append(st)
+        return steps
     # Any dim whose tiles do not split into the target's: gather it whole.
     for k, (c, t) in enumerate(zip(lay.tiles, dst.tiles)):
         if c > 1 and not refinable(dims[k], c, t):
@@ -1060,9 +1254,13 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
     seen: set[tuple] = set()
     for pre_slice, use_a2a, whole_first in _SPEC_KINDS:
         base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first)
-        for moves in _orderings(base.moves):
+        # (Also nothing moved nor gathered: the target's tiles cut out of the local ones
+        # with halos from the neighbours, HaloSlice.)
+        orders = itertools.chain(((m, base.gathers) for m in _orderings(base.moves)),
+                                 (((), ()),))
+        for moves, gathers in orders:
             for combine in ((True, False) if len(moves) > 1 else (True,)):
-                spec = _Spec(base.pre, tuple(moves), combine, base.gathers)
+                spec = _Spec(base.pre, tuple(moves), combine, gathers)
                 key = (spec.pre, spec.moves, combine, spec.gathers)
                 if key in seen:
                     continue
@@ -1077,7 +1275,11 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
     """The plan of ``spec`` with a final permute if needed, and with the permute moved to
     the start (on the source shards) when a pre-image exists."""
     steps = _realize(spec, src, dst, dims)
+    # (The halo variant last: on a tie the plans without it win.)
+    halo = _realize(spec, src, dst, dims, halo=True)
+    last = [] if halo is None else [halo]
     if steps is None:
+        yield from _simulated(last, src, dst, dims, itemsize)
         return
     variants = [steps]
     if steps and isinstance(steps[-1], Permute):
@@ -1089,6 +1291,10 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
             if replayed is not None and replayed[1].same_as(dst):
                 first = [] if start.same_as(src) else [Permute(start)]
                 variants.append(first + replayed[0])
+    yield from _simulated(variants + last, src, dst, dims, itemsize)
+
+
+def _simulated(variants, src: Layout, dst: Layout, dims, itemsize):
     for v in variants:
         plan = simulate(v, src, dims, itemsize)
         if plan is not None and plan.layouts[-1].same_as(dst):
