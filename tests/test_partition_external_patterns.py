@@ -229,3 +229,24 @@ ENTRY %main (xa: f32[8,16], xb: f32[8,16], i: s32[6], ua: f32[6,16], ub: f32[6,1
     out, _ = check(text, 8)
     root = out.entry.root
     assert [tuple(s.dims) for s in root.shape.tuple_shapes] == [(8, 2), (8, 2)]
+
+
+# -- a small slice / transpose of a constant or iota is re-made where it is needed ---------
+def test_rearranged_constant_is_remade_not_moved():
+    # The slice lives in one device's tile of the sharded constant and the transpose of the
+    # sharded iota is needed replicated: both are re-made from the literal / iota on every
+    # device (0 bytes), not all-reduced or gathered.
+    text = """HloModule m
+ENTRY %main (p: f32[4,4]) -> (f32[], f32[4,4]) {
+  %p = f32[4,4] parameter(0), sharding={replicated}
+  %c = f32[2,8] constant({{0,1,2,3,4,5,6,7},{8,9,10,11,12,13,14,15}}), sharding={devices=[1,8]<=[8]}
+  %s = f32[1,1] slice(%c), slice={[1:2], [3:4]}, sharding={devices=[1,8]<=[8]}
+  %r = f32[] reshape(%s), sharding={replicated}
+  %i = f32[4,4] iota(), iota_dimension=0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  %t = f32[4,4] transpose(%i), dimensions={1,0}, sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}
+  %a = f32[4,4] add(%t, %p), sharding={replicated}
+  ROOT %o = (f32[], f32[4,4]) tuple(%r, %a), sharding={{replicated}, {replicated}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours

@@ -2,7 +2,8 @@
 
 An iota, a small constant, a broadcast whose operand is itself re-makeable or already
 available in the sharding the broadcast needs at no cost, and elementwise ops (convert
-included) whose array operands are such values hold the same data whatever sharding they are computed in.
+included) whose array operands are such values, and small slices, reshapes, transposes
+and reverses of such values hold the same data whatever sharding they are computed in.
 When the plan of ``reshard`` would move such a value, each device re-makes its own tile
 in the target sharding instead (XLA moves 0 bytes for them: its partitioner re-emits a
 broadcast of a replicated operand in the sharding a user asks for). ``reshard`` asks
@@ -22,7 +23,8 @@ import math
 from typing import TYPE_CHECKING
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import (ARITY, COLLECTIVES, ELEMENTWISE, LINEAR_OPS,
+                                  SIDE_EFFECTING)
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets,
@@ -34,6 +36,13 @@ if TYPE_CHECKING:
 
 MAX_OPS = 8
 MAX_CONSTANT_ELEMENTS = 1 << 12
+# Ops that only rearrange their one operand's elements (slice, reshape, transpose,
+# reverse, bitcast; broadcast has its own way, get-tuple-element has no array operand,
+# copy is elementwise): re-made from the operand re-made replicated (the op on the full value,
+# then this device's cut), so only small values (at most MAX_CONSTANT_ELEMENTS, operand
+# and result) take this way.
+_REARRANGE = frozenset(op for op in LINEAR_OPS if ARITY.get(op) == 1) \
+    - COLLECTIVES - ELEMENTWISE - {"broadcast"}
 
 _REPLICATED = HloSharding.replicate()
 
@@ -43,7 +52,7 @@ def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
     None (a value made by a reshard, a parameter, another computation's value)."""
     if not ctx.grouping.is_flat or pv.sharding.is_manual or pv.base_shape.is_tuple:
         return None  # (inside a device group, source values speak of other devices)
-    hit = ctx.state.origins.get(id(pv.hlo))
+    hit = ctx.state.origins.get((id(pv.hlo), pv.base_shape))
     if hit is None or hit[0] is not pv.hlo:
         return None
     inst = hit[1]
@@ -70,6 +79,7 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         return 1
     if op == "constant":
         return 1 if math.prod(inst.shape.dims) <= MAX_CONSTANT_ELEMENTS else None
+    used = 1
     # (operand, the sharding it is needed in, whether it may be taken where it is when
     # that is free): a broadcast's operand may (the broadcast re-made from a value that
     # is already there), so may an elementwise op's scalar bounds; an elementwise op's
@@ -81,9 +91,15 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         rank = inst.shape.rank
         needs = [(o, target, False) if o.shape.rank == rank else (o, _REPLICATED, True)
                  for o in inst.operands]
+    elif op in _REARRANGE and len(inst.operands) == 1 and inst.operands[0].shape.is_array:
+        if max(math.prod(inst.shape.dims), math.prod(inst.operands[0].shape.dims)) \
+                > MAX_CONSTANT_ELEMENTS:
+            return None
+        # the operand must itself be re-makeable: data computed elsewhere is moved
+        needs = [(inst.operands[0], _REPLICATED, False)]
+        used = 1 if target.is_replicated else 2  # (the op, then this device's cut)
     else:
         return None
-    used = 1
     for operand, s, free_ok in needs:
         n = _operand_ops(ctx, operand, s, budget - used, free_ok)
         if n is None:
@@ -152,6 +168,10 @@ def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> P
         return PValue(local_iota(ctx, inst, target), inst.shape, target)
     if op == "constant":
         full = PValue(ctx.emit_like(inst, [], inst.shape), inst.shape, _REPLICATED)
+        return full if target.is_replicated else slice_replicated(ctx, full, target)
+    if op in _REARRANGE:
+        x = reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo
+        full = PValue(ctx.emit_like(inst, [x], inst.shape), inst.shape, _REPLICATED)
         return full if target.is_replicated else slice_replicated(ctx, full, target)
     if op == "broadcast":
         needs = [_broadcast_need(inst, target)]
