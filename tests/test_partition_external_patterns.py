@@ -250,3 +250,22 @@ ENTRY %main (p: f32[4,4]) -> (f32[], f32[4,4]) {
 """
     _, ours = check(text, 8)
     assert ours == 0, ours
+
+
+def test_constant_and_iota_on_one_device_are_remade_on_another():
+    # A literal and an iota placed on device 0 and used on device 2 are made there (every
+    # device can make them); the parameter's negation on device 0 still moves to device 2.
+    text = """HloModule m
+ENTRY %main (p: f32[3,5]) -> f32[3,5] {
+  %p = f32[3,5] parameter(0), sharding={maximal device=0}
+  %n = f32[3,5] negate(%p), sharding={maximal device=0}
+  %c = f32[5,3] constant({{1,2,3},{4,5,6},{7,8,9},{10,11,12},{13,14,15}}), sharding={maximal device=0}
+  %t = f32[3,5] transpose(%c), dimensions={1,0}, sharding={maximal device=0}
+  %i = f32[3,5] iota(), iota_dimension=1, sharding={maximal device=0}
+  %m = f32[3,5] multiply(%t, %i), sharding={maximal device=2}
+  ROOT %a = f32[3,5] add(%m, %n), sharding={maximal device=2}
+}
+"""
+    _, ours = check(text, 4)
+    # only %n moves: one collective-permute of its 60 B from device 0 to device 2
+    assert ours == 60, ours

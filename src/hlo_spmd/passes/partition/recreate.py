@@ -15,7 +15,8 @@ at most ``MAX_OPS`` instructions re-emitted for one reshard (a longer chain is m
 data), and constants of at most ``MAX_CONSTANT_ELEMENTS`` elements (a larger literal
 would be copied into the program once more). Only values the source module computes
 (``origin``: the instruction a handler partitioned) are re-made, into tiled, partially
-replicated or replicated targets; manual, unreduced and maximal targets move as data.
+replicated, replicated or single-device (maximal) targets; manual and unreduced
+targets move as data.
 """
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
 
 
 def _target_ok(s: HloSharding) -> bool:
-    if s.is_replicated:
+    # (a value on one device is held whole by every device, meaningful on its owner: a
+    # value re-made everywhere is right there too)
+    if s.is_tile_maximal:
         return True
     return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
 
@@ -166,13 +169,13 @@ def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> P
     local = ctx.local_shape(inst.shape, target)
     if op == "iota":
         return PValue(local_iota(ctx, inst, target), inst.shape, target)
-    if op == "constant":
-        full = PValue(ctx.emit_like(inst, [], inst.shape), inst.shape, _REPLICATED)
-        return full if target.is_replicated else slice_replicated(ctx, full, target)
-    if op in _REARRANGE:
-        x = reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo
-        full = PValue(ctx.emit_like(inst, [x], inst.shape), inst.shape, _REPLICATED)
-        return full if target.is_replicated else slice_replicated(ctx, full, target)
+    if op == "constant" or op in _REARRANGE:
+        args = [reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo] \
+            if op in _REARRANGE else []
+        full = ctx.emit_like(inst, args, inst.shape)
+        if target.is_tile_maximal:
+            return PValue(full, inst.shape, target)
+        return slice_replicated(ctx, PValue(full, inst.shape, _REPLICATED), target)
     if op == "broadcast":
         needs = [_broadcast_need(inst, target)]
     else:
