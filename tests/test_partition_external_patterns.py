@@ -269,3 +269,27 @@ ENTRY %main (p: f32[3,5]) -> f32[3,5] {
     _, ours = check(text, 4)
     # only %n moves: one collective-permute of its 60 B from device 0 to device 2
     assert ours == 60, ours
+
+
+
+
+def test_remade_values_inside_manual_subgroups_move_nothing():
+    # Within each manual group (4 groups over the columns) the iota and the broadcast
+    # constant are the same data whatever their tiling: made again in the user's
+    # group-replicated tiling, not gathered; the elementwise op prices its operands by
+    # what they would cost to move.
+    text = """HloModule m
+ENTRY %main (x: f32[8,16]) -> (f32[8,16], f32[8,16]) {
+  %x = f32[8,16] parameter(0), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  %i = f32[8,4] iota(), iota_dimension=0, sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %c = f32[] constant(3), sharding={devices=[2,4]<=[8] last_tile_dims={replicated, manual}}
+  %b = f32[8,4] broadcast(%c), dimensions={}, sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %m = f32[8,4] multiply(%i, %b), sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %a = f32[8,4] add(%m, %i), sharding={devices=[1,1,2,4]<=[8] last_tile_dims={replicated, manual}}
+  %s = f32[8,4] custom-call(%a), custom_call_target="Sharding", sharding={devices=[1,1,2,4]<=[8] last_tile_dims={replicated, manual}}
+  %o = f32[8,16] custom-call(%s), custom_call_target="SPMDShardToFullShape", sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT %t = (f32[8,16], f32[8,16]) tuple(%o, %x), sharding={{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}, {devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours

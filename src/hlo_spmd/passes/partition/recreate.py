@@ -46,6 +46,7 @@ _REARRANGE = frozenset(op for op in LINEAR_OPS if ARITY.get(op) == 1) \
     - COLLECTIVES - ELEMENTWISE - {"broadcast"}
 
 _REPLICATED = HloSharding.replicate()
+_GROUP_KINDS = (ShardingType.REPLICATED, ShardingType.MANUAL)
 
 
 def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
@@ -67,7 +68,9 @@ def _target_ok(s: HloSharding) -> bool:
     # value re-made everywhere is right there too)
     if s.is_tile_maximal:
         return True
-    return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
+    # (manual subgroups too: a re-made value's data is the same in every manual group, and
+    # an operand taken where it is is that group's own value)
+    return s.is_tiled and all(t in _GROUP_KINDS for t in s.subgroup_types)
 
 
 def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding,
