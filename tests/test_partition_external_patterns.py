@@ -293,3 +293,22 @@ ENTRY %main (x: f32[8,16]) -> (f32[8,16], f32[8,16]) {
 """
     _, ours = check(text, 8)
     assert ours == 0, ours
+
+
+def test_transpose_and_reshape_of_a_broadcast_are_remade_in_the_users_tiling():
+    # The broadcast's operand is whole on every device, so its transpose and reshape are
+    # made again in the tiling their users ask for (device order reversed), not permuted
+    # (8192 elements: more than a small value re-made whole and cut).
+    text = """HloModule m
+ENTRY %main (p: f32[16,8]) -> (f32[8,64,16], f32[64,4,4,8]) {
+  %p = f32[16,8] parameter(0), sharding={replicated}
+  %b = f32[64,16,8] broadcast(%p), dimensions={1,2}, sharding={devices=[2,2,2]<=[8]}
+  %t = f32[8,64,16] transpose(%b), dimensions={2,0,1}, sharding={devices=[2,2,2]<=[8]}
+  %r = f32[64,4,4,8] reshape(%b), sharding={devices=[2,2,1,2]<=[8]}
+  %ct = f32[8,64,16] copy(%t), sharding={devices=[2,2,2]7,6,5,4,3,2,1,0}
+  %cr = f32[64,4,4,8] copy(%r), sharding={devices=[2,2,1,2]7,6,5,4,3,2,1,0}
+  ROOT %o = (f32[8,64,16], f32[64,4,4,8]) tuple(%ct, %cr), sharding={{devices=[2,2,2]7,6,5,4,3,2,1,0}, {devices=[2,2,1,2]7,6,5,4,3,2,1,0}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours

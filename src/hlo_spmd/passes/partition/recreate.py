@@ -2,7 +2,8 @@
 
 An iota, a small constant, a broadcast whose operand is itself re-makeable or already
 available in the sharding the broadcast needs at no cost, and elementwise ops (convert
-included) whose array operands are such values, and small slices, reshapes, transposes
+included) whose array operands are such values, transposes and reshapes (tile for tile)
+of such values or of values available at no cost, and small slices, reshapes, transposes
 and reverses of such values hold the same data whatever sharding they are computed in.
 When the plan of ``reshard`` would move such a value, each device re-makes its own tile
 in the target sharding instead (XLA moves 0 bytes for them: its partitioner re-emits a
@@ -30,7 +31,7 @@ from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets,
                                partial_replicate_all_except, tile_shape)
-from hlo_spmd.sharding.algebra import memoised
+from hlo_spmd.sharding.algebra import memoised, reshape_sharding, transpose_sharding
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
@@ -97,6 +98,10 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         rank = inst.shape.rank
         needs = [(o, target, False) if o.shape.rank == rank else (o, _REPLICATED, True)
                  for o in inst.operands]
+    elif _exact_need(inst, target) is not None:
+        # a transpose / reshape whose operand maps onto the target tile for tile: the
+        # operand re-made (or taken where it is free) in that sharding, the op local
+        needs = [(inst.operands[0], _exact_need(inst, target), True)]
     elif op in _REARRANGE and len(inst.operands) == 1 and inst.operands[0].shape.is_array:
         if max(math.prod(inst.shape.dims), math.prod(inst.operands[0].shape.dims)) \
                 > MAX_CONSTANT_ELEMENTS:
@@ -157,6 +162,31 @@ def with_kind_of(like: HloSharding, ta) -> HloSharding:
     return HloSharding.tile(ta)
 
 
+def _exact_need(inst: Instruction, target: HloSharding) -> HloSharding | None:
+    """The sharding a transpose's / reshape's operand needs for the op to make ``target``
+    locally (every device's tile the op of its operand tile), or None."""
+    op = inst.opcode
+    if (op != "transpose" and op != "reshape") or not inst.operands[0].shape.is_array:
+        return None
+    if not target.is_tiled:
+        return target if target.is_replicated else None
+    if op == "transpose":
+        inverse = [0] * len(inst.dimensions)
+        for i, d in enumerate(inst.dimensions):
+            inverse[d] = i
+        return transpose_sharding(target, inverse)
+    in_dims, out_dims = inst.operands[0].shape.dims, inst.shape.dims
+    back = reshape_sharding(target, out_dims, in_dims)
+    if back is None or not back.is_tiled or reshape_sharding(back, in_dims,
+                                                             out_dims) != target:
+        return None
+    # (even tiles only: a padded tile reshaped locally would mix padding into data)
+    for s, dims in ((target, out_dims), (back, in_dims)):
+        if any(int(d) % int(t) for d, t in zip(dims, s.tile_dims_for_data())):
+            return None
+    return back
+
+
 def _broadcast_need(inst: Instruction, target: HloSharding) -> HloSharding:
     return broadcast_operand_sharding(target, inst.dimensions, inst.operands[0].shape.dims,
                                       inst.shape.dims)
@@ -172,6 +202,10 @@ def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> P
     local = ctx.local_shape(inst.shape, target)
     if op == "iota":
         return PValue(local_iota(ctx, inst, target), inst.shape, target)
+    need = _exact_need(inst, target)
+    if need is not None:
+        x = reshard(ctx, ctx.value(inst.operands[0]), need).hlo
+        return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
     if op == "constant" or op in _REARRANGE:
         args = [reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo] \
             if op in _REARRANGE else []
