@@ -312,3 +312,19 @@ ENTRY %main (p: f32[16,8]) -> (f32[8,64,16], f32[64,4,4,8]) {
 """
     _, ours = check(text, 8)
     assert ours == 0, ours
+
+
+def test_value_held_in_its_first_tile_is_all_reduced_from_that_device():
+    # Size-1 dims tiled 2 and 4 ways: only the first tile's devices hold data, so the
+    # value is one device's (one all-reduce), not gathered once per tiled dim.
+    text = """HloModule m
+ENTRY %main (p: f32[1,1,6]) -> f32[1,1,6] {
+  %p = f32[1,1,6] parameter(0), sharding={devices=[2,4,1]<=[8]}
+  %n = f32[1,1,6] negate(%p), sharding={devices=[2,4,1]<=[8]}
+  ROOT %c = f32[1,1,6] copy(%n), sharding={replicated}
+}
+"""
+    _, ours = check(text, 8)
+    # one all-reduce of 24 B over 8 devices: 2 * 7/8 * 24 = 42 B (an all-gather per tiled
+    # dim costs more)
+    assert ours == 42, ours
