@@ -257,3 +257,100 @@ ENTRY %main (x: {shape}) -> {shape} {{
 """
     out, ours = check(text, n)
     assert ours == expect, ours
+# -- a small slice / transpose of a constant or iota is re-made where it is needed ---------
+def test_rearranged_constant_is_remade_not_moved():
+    # The slice lives in one device's tile of the sharded constant and the transpose of the
+    # sharded iota is needed replicated: both are re-made from the literal / iota on every
+    # device (0 bytes), not all-reduced or gathered.
+    text = """HloModule m
+ENTRY %main (p: f32[4,4]) -> (f32[], f32[4,4]) {
+  %p = f32[4,4] parameter(0), sharding={replicated}
+  %c = f32[2,8] constant({{0,1,2,3,4,5,6,7},{8,9,10,11,12,13,14,15}}), sharding={devices=[1,8]<=[8]}
+  %s = f32[1,1] slice(%c), slice={[1:2], [3:4]}, sharding={devices=[1,8]<=[8]}
+  %r = f32[] reshape(%s), sharding={replicated}
+  %i = f32[4,4] iota(), iota_dimension=0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  %t = f32[4,4] transpose(%i), dimensions={1,0}, sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}
+  %a = f32[4,4] add(%t, %p), sharding={replicated}
+  ROOT %o = (f32[], f32[4,4]) tuple(%r, %a), sharding={{replicated}, {replicated}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours
+
+
+def test_constant_and_iota_on_one_device_are_remade_on_another():
+    # A literal and an iota placed on device 0 and used on device 2 are made there (every
+    # device can make them); the parameter's negation on device 0 still moves to device 2.
+    text = """HloModule m
+ENTRY %main (p: f32[3,5]) -> f32[3,5] {
+  %p = f32[3,5] parameter(0), sharding={maximal device=0}
+  %n = f32[3,5] negate(%p), sharding={maximal device=0}
+  %c = f32[5,3] constant({{1,2,3},{4,5,6},{7,8,9},{10,11,12},{13,14,15}}), sharding={maximal device=0}
+  %t = f32[3,5] transpose(%c), dimensions={1,0}, sharding={maximal device=0}
+  %i = f32[3,5] iota(), iota_dimension=1, sharding={maximal device=0}
+  %m = f32[3,5] multiply(%t, %i), sharding={maximal device=2}
+  ROOT %a = f32[3,5] add(%m, %n), sharding={maximal device=2}
+}
+"""
+    _, ours = check(text, 4)
+    # only %n moves: one collective-permute of its 60 B from device 0 to device 2
+    assert ours == 60, ours
+
+
+
+
+def test_remade_values_inside_manual_subgroups_move_nothing():
+    # Within each manual group (4 groups over the columns) the iota and the broadcast
+    # constant are the same data whatever their tiling: made again in the user's
+    # group-replicated tiling, not gathered; the elementwise op prices its operands by
+    # what they would cost to move.
+    text = """HloModule m
+ENTRY %main (x: f32[8,16]) -> (f32[8,16], f32[8,16]) {
+  %x = f32[8,16] parameter(0), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  %i = f32[8,4] iota(), iota_dimension=0, sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %c = f32[] constant(3), sharding={devices=[2,4]<=[8] last_tile_dims={replicated, manual}}
+  %b = f32[8,4] broadcast(%c), dimensions={}, sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %m = f32[8,4] multiply(%i, %b), sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  %a = f32[8,4] add(%m, %i), sharding={devices=[1,1,2,4]<=[8] last_tile_dims={replicated, manual}}
+  %s = f32[8,4] custom-call(%a), custom_call_target="Sharding", sharding={devices=[1,1,2,4]<=[8] last_tile_dims={replicated, manual}}
+  %o = f32[8,16] custom-call(%s), custom_call_target="SPMDShardToFullShape", sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT %t = (f32[8,16], f32[8,16]) tuple(%o, %x), sharding={{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}, {devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours
+
+
+def test_transpose_and_reshape_of_a_broadcast_are_remade_in_the_users_tiling():
+    # The broadcast's operand is whole on every device, so its transpose and reshape are
+    # made again in the tiling their users ask for (device order reversed), not permuted
+    # (8192 elements: more than a small value re-made whole and cut).
+    text = """HloModule m
+ENTRY %main (p: f32[16,8]) -> (f32[8,64,16], f32[64,4,4,8]) {
+  %p = f32[16,8] parameter(0), sharding={replicated}
+  %b = f32[64,16,8] broadcast(%p), dimensions={1,2}, sharding={devices=[2,2,2]<=[8]}
+  %t = f32[8,64,16] transpose(%b), dimensions={2,0,1}, sharding={devices=[2,2,2]<=[8]}
+  %r = f32[64,4,4,8] reshape(%b), sharding={devices=[2,2,1,2]<=[8]}
+  %ct = f32[8,64,16] copy(%t), sharding={devices=[2,2,2]7,6,5,4,3,2,1,0}
+  %cr = f32[64,4,4,8] copy(%r), sharding={devices=[2,2,1,2]7,6,5,4,3,2,1,0}
+  ROOT %o = (f32[8,64,16], f32[64,4,4,8]) tuple(%ct, %cr), sharding={{devices=[2,2,2]7,6,5,4,3,2,1,0}, {devices=[2,2,1,2]7,6,5,4,3,2,1,0}}
+}
+"""
+    _, ours = check(text, 8)
+    assert ours == 0, ours
+
+
+def test_value_held_in_its_first_tile_is_all_reduced_from_that_device():
+    # Size-1 dims tiled 2 and 4 ways: only the first tile's devices hold data, so the
+    # value is one device's (one all-reduce), not gathered once per tiled dim.
+    text = """HloModule m
+ENTRY %main (p: f32[1,1,6]) -> f32[1,1,6] {
+  %p = f32[1,1,6] parameter(0), sharding={devices=[2,4,1]<=[8]}
+  %n = f32[1,1,6] negate(%p), sharding={devices=[2,4,1]<=[8]}
+  ROOT %c = f32[1,1,6] copy(%n), sharding={replicated}
+}
+"""
+    _, ours = check(text, 8)
+    # one all-reduce of 24 B over 8 devices: 2 * 7/8 * 24 = 42 B (an all-gather per tiled
+    # dim costs more)
+    assert ours == 42, ours

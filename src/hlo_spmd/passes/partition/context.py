@@ -98,7 +98,7 @@ class ModuleState(Record):
         self.options = PartitionOptions() if options is None else options
         # id(local instruction) -> (it, the source instruction whose handler made it): what
         # reshard asks to re-make a value instead of moving it (partition/recreate.py).
-        self.origins: dict[int, tuple[Instruction, Instruction]] = {}
+        self.origins: dict[tuple, tuple[Instruction, Instruction]] = {}
 
 
 class PartitionContext:

@@ -192,8 +192,9 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
             log.leave()
         values[id(inst)] = pv
         # (first maker wins: a handler passing its operand's value through keeps the
-        # operand as the origin, the same data)
-        origins.setdefault(id(pv.hlo), (pv.hlo, inst))
+        # operand as the origin, the same data; keyed by the global shape too, since a
+        # slice inside one tile passes the local array through as a different value)
+        origins.setdefault((id(pv.hlo), pv.base_shape), (pv.hlo, inst))
         handler_of[inst.name] = name
     b.metadata = None
 

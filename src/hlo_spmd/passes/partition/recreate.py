@@ -2,7 +2,9 @@
 
 An iota, a small constant, a broadcast whose operand is itself re-makeable or already
 available in the sharding the broadcast needs at no cost, and elementwise ops (convert
-included) whose array operands are such values hold the same data whatever sharding they are computed in.
+included) whose array operands are such values, transposes and reshapes (tile for tile)
+of such values or of values available at no cost, and small slices, reshapes, transposes
+and reverses of such values hold the same data whatever sharding they are computed in.
 When the plan of ``reshard`` would move such a value, each device re-makes its own tile
 in the target sharding instead (XLA moves 0 bytes for them: its partitioner re-emits a
 broadcast of a replicated operand in the sharding a user asks for). ``reshard`` asks
@@ -14,7 +16,8 @@ at most ``MAX_OPS`` instructions re-emitted for one reshard (a longer chain is m
 data), and constants of at most ``MAX_CONSTANT_ELEMENTS`` elements (a larger literal
 would be copied into the program once more). Only values the source module computes
 (``origin``: the instruction a handler partitioned) are re-made, into tiled, partially
-replicated or replicated targets; manual, unreduced and maximal targets move as data.
+replicated, replicated or single-device (maximal) targets; manual and unreduced
+targets move as data.
 """
 from __future__ import annotations
 
@@ -22,20 +25,29 @@ import math
 from typing import TYPE_CHECKING
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import (ARITY, COLLECTIVES, ELEMENTWISE, LINEAR_OPS,
+                                  SIDE_EFFECTING)
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets,
                                partial_replicate_all_except, tile_shape)
-from hlo_spmd.sharding.algebra import memoised
+from hlo_spmd.sharding.algebra import memoised, reshape_sharding, transpose_sharding
 
 if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
 
 MAX_OPS = 8
 MAX_CONSTANT_ELEMENTS = 1 << 12
+# Ops that only rearrange their one operand's elements (slice, reshape, transpose,
+# reverse, bitcast; broadcast has its own way, get-tuple-element has no array operand,
+# copy is elementwise): re-made from the operand re-made replicated (the op on the full value,
+# then this device's cut), so only small values (at most MAX_CONSTANT_ELEMENTS, operand
+# and result) take this way.
+_REARRANGE = frozenset(op for op in LINEAR_OPS if ARITY.get(op) == 1) \
+    - COLLECTIVES - ELEMENTWISE - {"broadcast"}
 
 _REPLICATED = HloSharding.replicate()
+_GROUP_KINDS = (ShardingType.REPLICATED, ShardingType.MANUAL)
 
 
 def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
@@ -43,7 +55,7 @@ def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
     None (a value made by a reshard, a parameter, another computation's value)."""
     if not ctx.grouping.is_flat or pv.sharding.is_manual or pv.base_shape.is_tuple:
         return None  # (inside a device group, source values speak of other devices)
-    hit = ctx.state.origins.get(id(pv.hlo))
+    hit = ctx.state.origins.get((id(pv.hlo), pv.base_shape))
     if hit is None or hit[0] is not pv.hlo:
         return None
     inst = hit[1]
@@ -53,9 +65,13 @@ def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
 
 
 def _target_ok(s: HloSharding) -> bool:
-    if s.is_replicated:
+    # (a value on one device is held whole by every device, meaningful on its owner: a
+    # value re-made everywhere is right there too)
+    if s.is_tile_maximal:
         return True
-    return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
+    # (manual subgroups too: a re-made value's data is the same in every manual group, and
+    # an operand taken where it is is that group's own value)
+    return s.is_tiled and all(t in _GROUP_KINDS for t in s.subgroup_types)
 
 
 def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding,
@@ -70,6 +86,7 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         return 1
     if op == "constant":
         return 1 if math.prod(inst.shape.dims) <= MAX_CONSTANT_ELEMENTS else None
+    used = 1
     # (operand, the sharding it is needed in, whether it may be taken where it is when
     # that is free): a broadcast's operand may (the broadcast re-made from a value that
     # is already there), so may an elementwise op's scalar bounds; an elementwise op's
@@ -81,9 +98,19 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
         rank = inst.shape.rank
         needs = [(o, target, False) if o.shape.rank == rank else (o, _REPLICATED, True)
                  for o in inst.operands]
+    elif _exact_need(inst, target) is not None:
+        # a transpose / reshape whose operand maps onto the target tile for tile: the
+        # operand re-made (or taken where it is free) in that sharding, the op local
+        needs = [(inst.operands[0], _exact_need(inst, target), True)]
+    elif op in _REARRANGE and len(inst.operands) == 1 and inst.operands[0].shape.is_array:
+        if max(math.prod(inst.shape.dims), math.prod(inst.operands[0].shape.dims)) \
+                > MAX_CONSTANT_ELEMENTS:
+            return None
+        # the operand must itself be re-makeable: data computed elsewhere is moved
+        needs = [(inst.operands[0], _REPLICATED, False)]
+        used = 1 if target.is_replicated else 2  # (the op, then this device's cut)
     else:
         return None
-    used = 1
     for operand, s, free_ok in needs:
         n = _operand_ops(ctx, operand, s, budget - used, free_ok)
         if n is None:
@@ -135,6 +162,31 @@ def with_kind_of(like: HloSharding, ta) -> HloSharding:
     return HloSharding.tile(ta)
 
 
+def _exact_need(inst: Instruction, target: HloSharding) -> HloSharding | None:
+    """The sharding a transpose's / reshape's operand needs for the op to make ``target``
+    locally (every device's tile the op of its operand tile), or None."""
+    op = inst.opcode
+    if (op != "transpose" and op != "reshape") or not inst.operands[0].shape.is_array:
+        return None
+    if not target.is_tiled:
+        return target if target.is_replicated else None
+    if op == "transpose":
+        inverse = [0] * len(inst.dimensions)
+        for i, d in enumerate(inst.dimensions):
+            inverse[d] = i
+        return transpose_sharding(target, inverse)
+    in_dims, out_dims = inst.operands[0].shape.dims, inst.shape.dims
+    back = reshape_sharding(target, out_dims, in_dims)
+    if back is None or not back.is_tiled or reshape_sharding(back, in_dims,
+                                                             out_dims) != target:
+        return None
+    # (even tiles only: a padded tile reshaped locally would mix padding into data)
+    for s, dims in ((target, out_dims), (back, in_dims)):
+        if any(int(d) % int(t) for d, t in zip(dims, s.tile_dims_for_data())):
+            return None
+    return back
+
+
 def _broadcast_need(inst: Instruction, target: HloSharding) -> HloSharding:
     return broadcast_operand_sharding(target, inst.dimensions, inst.operands[0].shape.dims,
                                       inst.shape.dims)
@@ -150,9 +202,17 @@ def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> P
     local = ctx.local_shape(inst.shape, target)
     if op == "iota":
         return PValue(local_iota(ctx, inst, target), inst.shape, target)
-    if op == "constant":
-        full = PValue(ctx.emit_like(inst, [], inst.shape), inst.shape, _REPLICATED)
-        return full if target.is_replicated else slice_replicated(ctx, full, target)
+    need = _exact_need(inst, target)
+    if need is not None:
+        x = reshard(ctx, ctx.value(inst.operands[0]), need).hlo
+        return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
+    if op == "constant" or op in _REARRANGE:
+        args = [reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo] \
+            if op in _REARRANGE else []
+        full = ctx.emit_like(inst, args, inst.shape)
+        if target.is_tile_maximal:
+            return PValue(full, inst.shape, target)
+        return slice_replicated(ctx, PValue(full, inst.shape, _REPLICATED), target)
     if op == "broadcast":
         needs = [_broadcast_need(inst, target)]
     else:

@@ -316,9 +316,30 @@ def reshard_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: Hl
     key = (dims, float(itemsize), src, dst, num_devices)
     hit = _PLANS.get(key)
     if hit is None:
-        hit = _PLANS.put(key, ReshardPlan(_plan_steps(dims, float(itemsize), src, dst,
-                                                      num_devices)))
+        plan = ReshardPlan(_plan_steps(dims, float(itemsize), src, dst, num_devices))
+        owner = _first_tile_owner(dims, src)
+        if owner is not None and plan.cost > 0 and dst != owner:
+            # All the data sits in the first tile: read it as that device's value
+            # (maximal) when the owner's plan is cheaper (one all-reduce, not a gather
+            # per tiled dim).
+            cost = reshard_plan(dims, itemsize, owner, dst, num_devices).cost
+            if cost < plan.cost:
+                plan = ReshardPlan([Relabel(src, owner), Via(owner, dst, cost)])
+        hit = _PLANS.put(key, plan)
     return hit
+
+
+def _first_tile_owner(dims: tuple[int, ...], src: HloSharding) -> HloSharding | None:
+    """``{maximal device=D}`` when tiled ``src`` holds all of an array of ``dims`` in its
+    first tile (every tiled dim has at most one element), D that tile's first holder."""
+    if not src.is_tiled or not dims or any(t != ShardingType.REPLICATED
+                                           for t in src.subgroup_types):
+        return None
+    tiles = src.tile_dims_for_data()
+    if all(int(t) == 1 for t in tiles) or any(int(d) > 1 and int(t) > 1
+                                              for d, t in zip(dims, tiles)):
+        return None
+    return HloSharding.maximal(int(src.tile_assignment.first()))
 
 
 _PLANS = BoundedMemo(1 << 15)

@@ -18,7 +18,7 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
-from hlo_spmd.passes.partition.reshard import reshard, reshard_cost
+from hlo_spmd.passes.partition.reshard import reshard, reshard_cost, reshard_price
 from hlo_spmd.ir.opcodes import LINEAR_OPS
 from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 from hlo_spmd.sharding import HloSharding
@@ -82,6 +82,9 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
         shapes = [inst.operands[i].shape for i in full_rank]
 
         def cost(k: int | None, a: HloSharding, b: HloSharding) -> float:
+            if k is not None and a == values[full_rank[k]].sharding:
+                # this operand's own price (0 when it is re-made where it is needed)
+                return reshard_price(ctx, values[full_rank[k]], b)[0]
             shape = inst.shape if k is None else shapes[k]
             size = element_bytes(shape.element_type)
             return reshard_cost(shape.dims, size, a, b, ctx.num_devices)
