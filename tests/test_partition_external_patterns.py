@@ -229,3 +229,23 @@ ENTRY %main (xa: f32[8,16], xb: f32[8,16], i: s32[6], ua: f32[6,16], ub: f32[6,1
     out, _ = check(text, 8)
     root = out.entry.root
     assert [tuple(s.dims) for s in root.shape.tuple_shapes] == [(8, 2), (8, 2)]
+
+
+# -- a slice of a pad read through copies is still a shift: one collective-permute ----------
+@pytest.mark.parametrize("fill", ["0", "3.5"])
+def test_shift_through_copies_is_one_permute(fill):
+    # y[i] = x[i - 2] (the fill for i < 2); the copies between the pad and the slice are
+    # the identity, so the slice is the shift of x by 2 rows: each device receives its
+    # left neighbour's 2 rows x 8 columns (64 B), not the pad's halo plus the slice's move.
+    text = f"""HloModule m
+ENTRY %main (x: f32[16,8]) -> f32[16,8] {{
+  %x = f32[16,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %v = f32[] constant({fill})
+  %p = f32[19,8] pad(%x, %v), padding=2_1x0_0, sharding={{devices=[8,1]<=[8]}}
+  %c = f32[19,8] copy(%p), sharding={{devices=[8,1]<=[8]}}
+  %c1 = f32[19,8] copy(%c), sharding={{devices=[8,1]<=[8]}}
+  ROOT %s = f32[16,8] slice(%c1), slice={{[0:16], [0:8]}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 2 * 8 * 4, ours

@@ -3,8 +3,8 @@
 Two patterns over one array ``x`` and one dim ``d`` (result as long as ``x`` along d):
 
 * rotate: ``concatenate(slice(x)[s:D], slice(x)[0:s])`` -- result[i] = x[(i + s) mod D];
-* shift:  ``slice(pad(x, low=a, high=b))[c:c+D]``      -- result[i] = x[i + c - a], the pad
-  value where that falls outside x.
+* shift:  ``slice(pad(x, low=a, high=b))[c:c+D]`` (copies between them are looked through)
+  -- result[i] = x[i + c - a], the pad value where that falls outside x.
 
 With x tiled along d into t tiles of L rows (D = t*L), the tile k of the result is rows
 [r, L) of x's tile k+q and rows [0, r) of tile k+q+1 (q, r = divmod(shift, L)): at most
@@ -63,9 +63,13 @@ def rotation_of(inst: Instruction) -> tuple[Instruction, int, int] | None:
 def shift_of(inst: Instruction) -> tuple[Instruction, int, int, Instruction] | None:
     """(x, dim, s, pad value) when ``inst`` is slice(pad(x))[c:c+D] along one dim with
     result[i] = x[i + s]."""
-    if inst.opcode != "slice" or inst.operands[0].opcode != "pad":
+    if inst.opcode != "slice":
         return None
     pad = inst.operands[0]
+    while pad.opcode == "copy":  # a copy is the identity: the slice reads the pad itself
+        pad = pad.operands[0]
+    if pad.opcode != "pad":
+        return None
     x = pad.operands[0]
     cfg = list(pad.attrs.padding_config.dimensions)
     moved = [d for d, c in enumerate(cfg) if c.edge_padding_low or c.edge_padding_high
@@ -195,4 +199,5 @@ def shift_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
         return generic().emit()
     x, d, s, pad_value = sh
     return _pick(ctx, inst, x, d, s, target,
-                 lambda: ctx.operand(inst.operands[0], 1, HloSharding.replicate()), generic)
+                 lambda: reshard(ctx, ctx.value(pad_value), HloSharding.replicate()).hlo,
+                 generic)
