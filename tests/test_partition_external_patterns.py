@@ -249,3 +249,21 @@ ENTRY %main (x: f32[16,8]) -> f32[16,8] {{
 """
     out, ours = check(text, 8)
     assert ours == 2 * 8 * 4, ours
+
+
+# -- a rotation over padded tiles that moves whole tiles: one collective-permute among the
+# tiles holding data --------------------------------------------------------------------------
+@pytest.mark.parametrize("s", [4, 8])
+def test_rotation_of_whole_padded_tiles_is_one_permute(s):
+    # 12 rows on 8 devices: tiles of 2 rows, 6 of them hold data and 2 are padding. Rotating
+    # by a multiple of 2 rows moves whole tiles among the 6: each sends its 2 x 4 (32 B).
+    text = f"""HloModule m
+ENTRY %main (x: f32[12,4]) -> f32[12,4] {{
+  %x = f32[12,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[{12 - s},4] slice(%x), slice={{[{s}:12], [0:4]}}, sharding={{devices=[8,1]<=[8]}}
+  %b = f32[{s},4] slice(%x), slice={{[0:{s}], [0:4]}}, sharding={{devices=[8,1]<=[8]}}
+  ROOT %r = f32[12,4] concatenate(%a, %b), dimensions={{0}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 2 * 4 * 4, ours

@@ -85,23 +85,44 @@ def shift_of(inst: Instruction) -> tuple[Instruction, int, int, Instruction] | N
     return x, d, int(c.start - cfg[d].edge_padding_low), pad.operands[1]
 
 
-def _eligible(s: HloSharding, shape, d: int) -> bool:
+def _eligible(s: HloSharding, shape, d: int, rotate_by: int | None = None) -> bool:
+    """Even tiles along d; for a rotation (``rotate_by`` given) also padded tiles when
+    whole tiles move: L = ceil(D/t) divides D and the shift, so the D/L tiles holding data
+    rotate among themselves and the rest stay padding."""
     if not s.is_tiled or s.subgroup_types or s.is_manual:
         return False
     t = s.tile_dims_for_data(shape.rank)[d]
-    return t > 1 and shape.dims[d] % t == 0
+    D = shape.dims[d]
+    if t <= 1:
+        return False
+    if D % t == 0:
+        return True
+    L = -(-D // t)
+    return rotate_by is not None and D % L == 0 and rotate_by % L == 0
+
+
+def _data_tiles(s: HloSharding, shape, d: int) -> int:
+    """How many tiles along d hold data (the rest are padding)."""
+    t = s.tile_dims_for_data(shape.rank)[d]
+    return -(-shape.dims[d] // -(-shape.dims[d] // t))
 
 
 @with_cause("halo")
 def _permute(ctx: PartitionContext, x: Instruction, s: HloSharding, d: int, q: int,
-             cyclic: bool) -> Instruction:
-    """Every device receives the tile of the device ``q`` tiles further along ``d``."""
+             cyclic: bool, n: int | None = None) -> Instruction:
+    """Every device receives the tile of the device ``q`` tiles further along ``d``
+    (cyclic: modulo the first ``n`` tiles, those holding data; default all)."""
     arr = s.tile_assignment.array()
     t = arr.shape[d]
-    if q == 0 or (cyclic and q % t == 0):
+    n = t if n is None else n
+    if q == 0 or (cyclic and q % n == 0):
         return x
-    src = np.roll(arr, -q, axis=d)
-    pairs = np.stack([src.ravel(), arr.ravel()], axis=1)
+    if cyclic:
+        k = np.arange(n)
+        src, dst = np.take(arr, (k + q) % n, axis=d), np.take(arr, k, axis=d)
+    else:
+        src, dst = np.roll(arr, -q, axis=d), arr
+    pairs = np.stack([src.ravel(), dst.ravel()], axis=1)
     if not cyclic:
         k = np.arange(t)
         ok = (k + q >= 0) & (k + q < t)
@@ -144,7 +165,8 @@ def _moved(ctx: PartitionContext, inst: Instruction, x_inst: Instruction, d: int
     for qq, lo, hi in ((q, r, L), (q + 1, 0, r)):
         if hi <= lo:
             continue
-        part = _permute(ctx, _rows(ctx, x, d, lo, hi), target, d, qq, fill is None)
+        part = _permute(ctx, _rows(ctx, x, d, lo, hi), target, d, qq, fill is None,
+                        _data_tiles(target, inst.shape, d))
         if fill is not None and qq != 0:
             ok = b.broadcast(_source_valid(ctx, target, d, qq), list(part.shape.dims), [])
             part = b.select(ok, part, b.broadcast(fill, list(part.shape.dims), []))
@@ -161,9 +183,10 @@ def _moved_price(ctx: PartitionContext, inst: Instruction, x_inst: Instruction, 
     local = tile_shape(target, x_inst.shape.dims)
     L, t = local[d], target.tile_dims_for_data(x_inst.shape.rank)[d]
     row = float(math.prod(v for i, v in enumerate(local) if i != d)) * itemsize(x_inst.shape)
+    n = _data_tiles(target, inst.shape, d)
     q, r = divmod(shift, L)
     for qq, lo, hi in ((q, r, L), (q + 1, 0, r)):
-        if hi <= lo or qq == 0 or (cyclic and qq % t == 0):
+        if hi <= lo or qq == 0 or (cyclic and qq % n == 0):
             continue
         if cyclic or any(0 <= k + qq < t for k in range(t)):
             nbytes += (hi - lo) * row
@@ -185,7 +208,7 @@ def rotate_or(ctx: PartitionContext, inst: Instruction, target: HloSharding,
               generic: Callable[[], Strategy]) -> PValue:
     """The concatenate as a rotation when it is one (and cheaper), else ``generic``."""
     rot = rotation_of(inst)
-    if rot is None or not _eligible(target, inst.shape, rot[1]):
+    if rot is None or not _eligible(target, inst.shape, rot[1], rot[2]):
         return generic().emit()
     x, d, s = rot
     return _pick(ctx, inst, x, d, s, target, None, generic)
