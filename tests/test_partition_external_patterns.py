@@ -267,3 +267,23 @@ ENTRY %main (x: f32[12,4]) -> f32[12,4] {{
 """
     out, ours = check(text, 8)
     assert ours == 2 * 4 * 4, ours
+
+
+# -- any other rotation over padded tiles: two shifts chosen by the row's global index -------
+@pytest.mark.parametrize("rows,s", [(13, 5), (13, 9), (13, 1), (10, 6), (15, 4)])
+def test_rotation_over_padded_tiles_is_two_shifts(rows, s):
+    # rows [0, D-s) of the result are x shifted by s, rows [D-s, D) x shifted by s-D; each
+    # shift is at most two collective-permutes, and the slices feeding the concatenate
+    # (with their own moves) are gone. Checked against the one-device run with the padding
+    # poisoned, and against XLA's bytes.
+    text = f"""HloModule m
+ENTRY %main (x: f32[{rows},2]) -> f32[{rows},2] {{
+  %x = f32[{rows},2] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[{rows - s},2] slice(%x), slice={{[{s}:{rows}], [0:2]}}, sharding={{devices=[8,1]<=[8]}}
+  %b = f32[{s},2] slice(%x), slice={{[0:{s}], [0:2]}}, sharding={{devices=[8,1]<=[8]}}
+  ROOT %r = f32[{rows},2] concatenate(%a, %b), dimensions={{0}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert sum(i.opcode == "collective-permute" for c in out.computations
+               for i in c.instructions) <= 4, out
