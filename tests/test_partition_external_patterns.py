@@ -354,3 +354,59 @@ ENTRY %main (p: f32[1,1,6]) -> f32[1,1,6] {
     # one all-reduce of 24 B over 8 devices: 2 * 7/8 * 24 = 42 B (an all-gather per tiled
     # dim costs more)
     assert ours == 42, ours
+# -- a slice of a pad read through copies is still a shift: one collective-permute ----------
+@pytest.mark.parametrize("fill", ["0", "3.5"])
+def test_shift_through_copies_is_one_permute(fill):
+    # y[i] = x[i - 2] (the fill for i < 2); the copies between the pad and the slice are
+    # the identity, so the slice is the shift of x by 2 rows: each device receives its
+    # left neighbour's 2 rows x 8 columns (64 B), not the pad's halo plus the slice's move.
+    text = f"""HloModule m
+ENTRY %main (x: f32[16,8]) -> f32[16,8] {{
+  %x = f32[16,8] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %v = f32[] constant({fill})
+  %p = f32[19,8] pad(%x, %v), padding=2_1x0_0, sharding={{devices=[8,1]<=[8]}}
+  %c = f32[19,8] copy(%p), sharding={{devices=[8,1]<=[8]}}
+  %c1 = f32[19,8] copy(%c), sharding={{devices=[8,1]<=[8]}}
+  ROOT %s = f32[16,8] slice(%c1), slice={{[0:16], [0:8]}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 2 * 8 * 4, ours
+
+
+# -- a rotation over padded tiles that moves whole tiles: one collective-permute among the
+# tiles holding data --------------------------------------------------------------------------
+@pytest.mark.parametrize("s", [4, 8])
+def test_rotation_of_whole_padded_tiles_is_one_permute(s):
+    # 12 rows on 8 devices: tiles of 2 rows, 6 of them hold data and 2 are padding. Rotating
+    # by a multiple of 2 rows moves whole tiles among the 6: each sends its 2 x 4 (32 B).
+    text = f"""HloModule m
+ENTRY %main (x: f32[12,4]) -> f32[12,4] {{
+  %x = f32[12,4] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[{12 - s},4] slice(%x), slice={{[{s}:12], [0:4]}}, sharding={{devices=[8,1]<=[8]}}
+  %b = f32[{s},4] slice(%x), slice={{[0:{s}], [0:4]}}, sharding={{devices=[8,1]<=[8]}}
+  ROOT %r = f32[12,4] concatenate(%a, %b), dimensions={{0}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert ours == 2 * 4 * 4, ours
+
+
+# -- any other rotation over padded tiles: two shifts chosen by the row's global index -------
+@pytest.mark.parametrize("rows,s", [(13, 5), (13, 9), (13, 1), (10, 6), (15, 4)])
+def test_rotation_over_padded_tiles_is_two_shifts(rows, s):
+    # rows [0, D-s) of the result are x shifted by s, rows [D-s, D) x shifted by s-D; each
+    # shift is at most two collective-permutes, and the slices feeding the concatenate
+    # (with their own moves) are gone. Checked against the one-device run with the padding
+    # poisoned, and against XLA's bytes.
+    text = f"""HloModule m
+ENTRY %main (x: f32[{rows},2]) -> f32[{rows},2] {{
+  %x = f32[{rows},2] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  %a = f32[{rows - s},2] slice(%x), slice={{[{s}:{rows}], [0:2]}}, sharding={{devices=[8,1]<=[8]}}
+  %b = f32[{s},2] slice(%x), slice={{[0:{s}], [0:2]}}, sharding={{devices=[8,1]<=[8]}}
+  ROOT %r = f32[{rows},2] concatenate(%a, %b), dimensions={{0}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    assert sum(i.opcode == "collective-permute" for c in out.computations
+               for i in c.instructions) <= 4, out

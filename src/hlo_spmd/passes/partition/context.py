@@ -81,7 +81,7 @@ class ModuleState(Record):
     """Shared by every context of one partitioning run."""
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
-    __slots__ = __match_args__ + ("origins",)
+    __slots__ = __match_args__ + ("origins", "_user_counts")
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
@@ -99,6 +99,21 @@ class ModuleState(Record):
         # id(local instruction) -> (it, the source instruction whose handler made it): what
         # reshard asks to re-make a value instead of moving it (partition/recreate.py).
         self.origins: dict[tuple, tuple[Instruction, Instruction]] = {}
+        self._user_counts: dict[int, int] | None = None
+
+    def user_counts(self) -> dict[int, int]:
+        """id(source instruction) -> how many instructions read it (a root counts as
+        read); built once, on first ask."""
+        if self._user_counts is None:
+            counts: dict[int, int] = {}
+            for comp in self.source.computations:
+                for inst in comp.instructions:
+                    for op in {id(o): o for o in inst.operands}:
+                        counts[op] = counts.get(op, 0) + 1
+                if comp.root is not None:
+                    counts[id(comp.root)] = counts.get(id(comp.root), 0) + 1
+            self._user_counts = counts
+        return self._user_counts
 
 
 class PartitionContext:

@@ -459,7 +459,8 @@ def handle_concatenate(ctx: PartitionContext, inst: Instruction) -> PValue:
     from hlo_spmd.passes.partition.support.rotate import rotate_or  # pipeline rotations
 
     return rotate_or(ctx, inst, target, lambda: through_strategy(
-        ctx, inst, target, [dim], identity, lambda s: _concat_cost(ctx, inst, s), _concat_emit))
+        ctx, inst, target, [dim], identity, lambda s: _concat_cost(ctx, inst, s), _concat_emit),
+        lambda op: _slice_cost(ctx, op, ctx.value(op).sharding))
 
 
 # -- reverse --------------------------------------------------------------------------------
