@@ -28,8 +28,8 @@ from hlo_spmd.ir.io import module_bytes  # noqa: E402
 from hlo_spmd.ir.module import Module  # noqa: E402
 from hlo_spmd.ir.primitive_types import PrimitiveType, numpy_dtype  # noqa: E402
 from hlo_spmd.ir.shape import Shape  # noqa: E402
-from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  # noqa: E402
-                                               PartitionReport)
+from hlo_spmd.passes.partition.context import PartitionContext  # noqa: E402
+from hlo_spmd.passes.partition.state import ModuleState, PartitionReport  # noqa: E402
 from hlo_spmd.passes.partition.masking import (mask_padding, pad_value_identity,  # noqa: E402
                                                padded_dims, valid_mask)
 from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
+from hlo_spmd.passes.partition.state import PartitionOptions, PartitionReport
 from hlo_spmd.passes.propagation.provenance import Alternative, Decision
 from hlo_spmd.stats import CollectiveSummary
 

@@ -64,7 +64,8 @@ def _context(n: int, groups=None):
     from hlo_spmd.ir.builder import Builder
     from hlo_spmd.ir.computation import Computation
     from hlo_spmd.ir.module import Module
-    from hlo_spmd.passes.partition.context import ModuleState, PartitionContext, PartitionReport
+    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ModuleState, PartitionReport
 
     out = Module("cache")
     comp = Computation("main")

@@ -24,7 +24,8 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import CauseLog
-from hlo_spmd.passes.partition.context import ModuleState, PartitionContext, PartitionReport
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.state import ModuleState, PartitionReport
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.reshard import reshard, reshard_cost, reshard_plan
 from hlo_spmd.sharding import HloSharding, ShardingType, TileAssignment, parse_sharding, tile_shape

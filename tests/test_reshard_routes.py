@@ -33,8 +33,8 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, numpy_dtype  # noqa: E402
 from hlo_spmd.ir.shape import Shape  # noqa: E402
 from hlo_spmd.ir.text_parser import parse_module  # noqa: E402
 from hlo_spmd.passes.partition import partition_in_place  # noqa: E402
-from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext,  # noqa: E402
-                                               PartitionReport)
+from hlo_spmd.passes.partition.context import PartitionContext  # noqa: E402
+from hlo_spmd.passes.partition.state import ModuleState, PartitionReport  # noqa: E402
 from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402
 from hlo_spmd.passes.partition.reshard import reshard  # noqa: E402
 from hlo_spmd.passes.partition.reshard_routes import HaloSlice, layout_of, plan_reshard  # noqa: E402,E501

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from hlo_spmd.errors import ShardingError
 from hlo_spmd.ir.module import Module
-from hlo_spmd.passes.partition.context import PartitionOptions, PartitionReport
+from hlo_spmd.passes.partition.state import PartitionOptions, PartitionReport
 from hlo_spmd.passes.partition.driver import entry_interface, partition_module
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.records import Record

@@ -17,8 +17,8 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.causes import CauseLog
-from hlo_spmd.passes.partition.context import (ModuleState, PartitionContext, PartitionOptions,
-                                               PartitionReport)
+from hlo_spmd.passes.partition.context import PartitionContext
+from hlo_spmd.passes.partition.state import ModuleState, PartitionOptions, PartitionReport
 from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, SIDE_EFFECTING
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue

@@ -28,13 +28,14 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import (ARITY, COLLECTIVES, ELEMENTWISE, LINEAR_OPS,
                                   SIDE_EFFECTING)
 from hlo_spmd.ir.primitive_types import PrimitiveType
+from hlo_spmd.passes.partition.local_cut import slice_replicated
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import (HloSharding, ShardingType, device_offsets,
                                partial_replicate_all_except, tile_shape)
 from hlo_spmd.sharding.algebra import memoised, reshape_sharding, transpose_sharding
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ReshardContext
 
 MAX_OPS = 8
 MAX_CONSTANT_ELEMENTS = 1 << 12
@@ -50,7 +51,7 @@ _REPLICATED = HloSharding.replicate()
 _GROUP_KINDS = (ShardingType.REPLICATED, ShardingType.MANUAL)
 
 
-def origin(ctx: "PartitionContext", pv: PValue) -> Instruction | None:
+def origin(ctx: "ReshardContext", pv: PValue) -> Instruction | None:
     """The source instruction whose partitioned value ``pv`` is (its handler's result), or
     None (a value made by a reshard, a parameter, another computation's value)."""
     if not ctx.grouping.is_flat or pv.sharding.is_manual or pv.base_shape.is_tuple:
@@ -74,7 +75,7 @@ def _target_ok(s: HloSharding) -> bool:
     return s.is_tiled and all(t in _GROUP_KINDS for t in s.subgroup_types)
 
 
-def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding,
+def ops_to_remake(ctx: "ReshardContext", inst: Instruction, target: HloSharding,
                   budget: int = MAX_OPS) -> int | None:
     """How many instructions re-making ``inst``'s value in ``target`` emits (its operands
     taken where they are free: already there, in the reshard cache, or cut locally), or
@@ -119,15 +120,13 @@ def ops_to_remake(ctx: "PartitionContext", inst: Instruction, target: HloShardin
     return used
 
 
-def _operand_ops(ctx: "PartitionContext", operand: Instruction, s: HloSharding,
+def _operand_ops(ctx: "ReshardContext", operand: Instruction, s: HloSharding,
                  budget: int, free_ok: bool) -> int | None:
-    from hlo_spmd.passes.partition.reshard import reshard_price
-
     pv = ctx.values.get(id(operand))
     if pv is None:
         return None
-    if free_ok and (pv.sharding == s or (not pv.base_shape.is_tuple and reshard_price(
-            ctx, pv, s, recreate=False)[0] == 0)):
+    if free_ok and (pv.sharding == s or (not pv.base_shape.is_tuple and ctx.reshard_price(
+            pv, s, recreate=False)[0] == 0)):
         return 0
     inst = origin(ctx, pv)
     return None if inst is None else ops_to_remake(ctx, inst, s, budget)
@@ -192,22 +191,20 @@ def _broadcast_need(inst: Instruction, target: HloSharding) -> HloSharding:
                                       inst.shape.dims)
 
 
-def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> PValue:
+def remake(ctx: "ReshardContext", inst: Instruction, target: HloSharding) -> PValue:
     """``inst``'s value in ``target``, re-made on every device (``ops_to_remake`` said it
     can be): operands through ``reshard`` (so they are re-made or cut the same way, and
     remembered), the op on the local operands."""
-    from hlo_spmd.passes.partition.reshard import reshard, slice_replicated
-
     op = inst.opcode
     local = ctx.local_shape(inst.shape, target)
     if op == "iota":
         return PValue(local_iota(ctx, inst, target), inst.shape, target)
     need = _exact_need(inst, target)
     if need is not None:
-        x = reshard(ctx, ctx.value(inst.operands[0]), need).hlo
+        x = ctx.reshard(ctx.value(inst.operands[0]), need).hlo
         return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
     if op == "constant" or op in _REARRANGE:
-        args = [reshard(ctx, ctx.value(inst.operands[0]), _REPLICATED).hlo] \
+        args = [ctx.reshard(ctx.value(inst.operands[0]), _REPLICATED).hlo] \
             if op in _REARRANGE else []
         full = ctx.emit_like(inst, args, inst.shape)
         if target.is_tile_maximal:
@@ -218,11 +215,11 @@ def remake(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> P
     else:
         rank = inst.shape.rank
         needs = [target if o.shape.rank == rank else _REPLICATED for o in inst.operands]
-    operands = [reshard(ctx, ctx.value(o), s).hlo for o, s in zip(inst.operands, needs)]
+    operands = [ctx.reshard(ctx.value(o), s).hlo for o, s in zip(inst.operands, needs)]
     return PValue(ctx.emit_like(inst, operands, local), inst.shape, target)
 
 
-def local_iota(ctx: "PartitionContext", inst: Instruction, target: HloSharding) -> Instruction:
+def local_iota(ctx: "ReshardContext", inst: Instruction, target: HloSharding) -> Instruction:
     """This device's tile of iota ``inst`` in ``target`` (tiled or replicated): an iota
     over the local shape, plus this device's offset when the iota dim is tiled."""
     dims = inst.shape.dims

@@ -47,17 +47,19 @@ from hlo_spmd.errors import PartitionError
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.passes.partition import recreate, reshard_routes, unreduced
 from hlo_spmd.passes.partition.causes import replicate_scope, reshard_scope
+from hlo_spmd.passes.partition.local_cut import pad_to, slice_replicated, slice_to
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.reshard_routes import array_bytes
-from hlo_spmd.sharding import HloSharding, ShardingType, device_offsets, tile_shape
+from hlo_spmd.passes.partition.reshard_routes import array_bytes, layout_of, replicate_cost
+from hlo_spmd.sharding import HloSharding, ShardingType, tile_shape
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ReshardContext
 
 
 @reshard_scope
-def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+def reshard(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
     """``pv`` with sharding ``target`` (the single way a value changes sharding)."""
     if pv.sharding == target:
         return pv
@@ -74,7 +76,7 @@ def reshard(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
     return out
 
 
-def _cache_key(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> tuple:
+def _cache_key(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> tuple:
     shape = pv.base_shape
     return (id(ctx.b.computation), ctx.grouping.key, id(pv.hlo),
             shape.element_type, tuple(shape.dims), pv.sharding, target)
@@ -89,7 +91,7 @@ def _reversible(s: HloSharding) -> bool:
     return s.is_tiled and all(t == ShardingType.REPLICATED for t in s.subgroup_types)
 
 
-def _reshard_uncached(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+def _reshard_uncached(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
     shape = pv.base_shape
     if shape.is_tuple:
         return _reshard_tuple(ctx, pv, target)
@@ -119,7 +121,7 @@ class Step:
     def __repr__(self) -> str:
         return f"{self.kind}({self.src} -> {self.dst}, {self.cost:g} B)"
 
-    def emit(self, ctx: "PartitionContext", pv: PValue) -> PValue:
+    def emit(self, ctx: "ReshardContext", pv: PValue) -> PValue:
         raise NotImplementedError
 
 
@@ -201,9 +203,7 @@ class Routes(Step):
     def emit(self, ctx, pv):
         if not self.plan.steps:
             return PValue(pv.hlo, pv.base_shape, self.dst)
-        from hlo_spmd.passes.partition.reshard_routes import reshard_with_plan
-
-        return reshard_with_plan(ctx, pv, self.dst, self.plan)
+        return reshard_routes.reshard_with_plan(ctx, pv, self.dst, self.plan)
 
 
 class Via(Step):
@@ -221,8 +221,6 @@ class GroupAllReduce(Step):
     kind = "all-reduce"
 
     def emit(self, ctx, pv):
-        from hlo_spmd.passes.partition import unreduced
-
         groups = unreduced.groups_of(self.src, ctx.num_devices, pv.base_shape.rank)
         x = ctx.f.all_reduce(pv.hlo, _adder(pv.hlo), groups)
         return PValue(x, pv.base_shape, self.dst)
@@ -237,8 +235,6 @@ class GroupReduceScatter(Step):
         self.dim = dim
 
     def emit(self, ctx, pv):
-        from hlo_spmd.passes.partition import unreduced
-
         groups = unreduced.groups_of(self.src, ctx.num_devices, pv.base_shape.rank)
         x = ctx.f.reduce_scatter(pv.hlo, self.dim, _adder(pv.hlo), groups)
         return PValue(x, pv.base_shape, self.dst)
@@ -250,8 +246,6 @@ class KeepOnLeader(Step):
     kind = "keep-on-leader"
 
     def emit(self, ctx, pv):
-        from hlo_spmd.passes.partition import unreduced
-
         return unreduced.keep_on_leader(ctx, pv, self.dst)
 
 
@@ -266,12 +260,10 @@ class Remake(Step):
         self.origin = origin
 
     def emit(self, ctx, pv):
-        from hlo_spmd.passes.partition import recreate
-
         return recreate.remake(ctx, self.origin, self.dst)
 
 
-def _value_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> "ReshardPlan":
+def _value_plan(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> "ReshardPlan":
     """The plan for this very value: ``reshard_plan`` of its shapes and shardings, or
     re-making it in ``target`` when that plan would move data and the value can be
     re-made from what is already on every device."""
@@ -279,8 +271,6 @@ def _value_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> "Re
     plan = reshard_plan(shape.dims, element_bytes(shape.element_type), pv.sharding, target,
                         ctx.num_devices)
     if plan.cost > 0 and math.isfinite(plan.cost):
-        from hlo_spmd.passes.partition import recreate
-
         origin = recreate.origin(ctx, pv)
         if origin is not None and recreate.ops_to_remake(ctx, origin, target) is not None:
             return ReshardPlan([Remake(pv.sharding, target, origin)])
@@ -357,8 +347,6 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
             # an iota) is every device's manual value as it is.
             return [Relabel(src, dst)]
         return [Impossible(src, dst, math.inf)]
-    from hlo_spmd.passes.partition import unreduced  # partial sums
-
     rank = len(dims)
     if unreduced.is_unreduced(src):
         groups = unreduced.groups_of(src, n, rank)
@@ -402,8 +390,6 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
         if not src.is_replicated:
             steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles)))
         return steps + [Relabel(rep, dst)]
-    from hlo_spmd.passes.partition import reshard_routes
-
     if rank and src.is_tiled:
         plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, n)
         if plan is not None:
@@ -429,7 +415,7 @@ def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
     return reshard_plan(dims, itemsize, src, dst, num_devices).cost
 
 
-def reshard_price(ctx: "PartitionContext", pv: PValue, target: HloSharding,
+def reshard_price(ctx: "ReshardContext", pv: PValue, target: HloSharding,
                   recreate: bool = True) -> tuple[float, float]:
     """(bytes per device on the wire, bytes of the largest new array) that
     ``reshard(ctx, pv, target)`` would cost now: nothing when the reshard cache already
@@ -468,8 +454,6 @@ def reshard_peak(dims: Sequence[int], itemsize: float, src: HloSharding,
     full = float(math.prod(dims)) * itemsize
     if src.is_maximal or dst.is_maximal:
         return full
-    from hlo_spmd.passes.partition import reshard_routes
-
     plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, num_devices)
     if plan is None:
         return full
@@ -477,21 +461,7 @@ def reshard_peak(dims: Sequence[int], itemsize: float, src: HloSharding,
                 for lay in plan.layouts[1:]), default=0.0)
 
 
-def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -> float:
-    """What ``replicate`` moves from data tiles ``tiles``: one all-gather per tiled dim, in
-    dim order, of the padded local array (the padding is sliced off at the end); cutting a
-    tile out of the replicated value afterwards is free."""
-    local = [-(-int(d) // int(t)) for d, t in zip(dims, tiles)]
-    total = 0.0
-    for k, t in enumerate(tiles):
-        if t > 1:
-            local[k] *= t
-            gathered = array_bytes(local, itemsize)
-            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
-    return total
-
-
-def _reshard_tuple(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+def _reshard_tuple(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
     n = len(pv.base_shape.tuple_shapes)
     src_elems = _tuple_elems(pv.sharding, pv.base_shape)
     dst_elems = _tuple_elems(target, pv.base_shape)
@@ -518,7 +488,7 @@ def gather_groups(s: HloSharding, dim: int) -> np.ndarray:
 
 
 @replicate_scope
-def replicate(ctx: "PartitionContext", pv: PValue) -> PValue:
+def replicate(ctx: "ReshardContext", pv: PValue) -> PValue:
     """Tiled (possibly partially replicated) -> replicated via all-gathers."""
     s = pv.sharding
     if s.is_replicated:
@@ -533,48 +503,6 @@ def replicate(ctx: "PartitionContext", pv: PValue) -> PValue:
     return PValue(x, pv.base_shape, HloSharding.replicate())
 
 
-def slice_to(ctx: "PartitionContext", x: Instruction, dims) -> Instruction:
-    """Slice off end padding so ``x`` has exactly ``dims``."""
-    if tuple(x.shape.dims) == tuple(dims):
-        return x
-    return ctx.b.slice(x, [0] * len(dims), list(dims), [1] * len(dims))
-
-
-def pad_to(ctx: "PartitionContext", x: Instruction, dims) -> Instruction:
-    """Pad at the end with zeros so ``x`` has ``dims`` (each >= the current size)."""
-    if tuple(x.shape.dims) == tuple(dims):
-        return x
-    zero = ctx.b.scalar(0, x)
-    high = [int(d) - int(c) for d, c in zip(dims, x.shape.dims)]
-    return ctx.b.pad(x, zero, [0] * len(dims), high)
-
-
-def offsets_for(ctx: "PartitionContext", s: HloSharding, dims) -> list[Instruction]:
-    """This device's start offsets (padded coordinates) of sharding ``s`` on ``dims``."""
-    table = device_offsets(s, dims, num_devices=ctx.num_devices)
-    tiles = s.tile_dims_for_data() if s.is_tiled else [1] * len(dims)
-    out = []
-    for dim in range(len(dims)):
-        if tiles[dim] > 1:
-            out.append(ctx.logical_table(table[:, dim]))
-        else:
-            out.append(ctx.b.constant(np.int64(0), PrimitiveType.S32))
-    return out
-
-
-def slice_replicated(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
-    """Replicated -> tiled: each device cuts its own tile, no communication."""
-    dims = pv.base_shape.dims
-    local = tile_shape(target, dims)
-    tiles = target.tile_dims_for_data()
-    padded = [int(l) * int(t) for l, t in zip(local, tiles)]
-    x = pad_to(ctx, pv.hlo, padded)
-    if tuple(local) == tuple(x.shape.dims):
-        return PValue(x, pv.base_shape, target)
-    out = ctx.b.dynamic_slice(x, offsets_for(ctx, target, dims), list(local))
-    return PValue(out, pv.base_shape, target)
-
-
 def _scatter_layout(s: HloSharding, dims, n: int):
     """The reshard_routes layout of tiled ``s`` (replicated subgroups only) when the owner's
     value can be scattered to it (a balanced layout over all ``n`` devices), else None."""
@@ -582,8 +510,6 @@ def _scatter_layout(s: HloSharding, dims, n: int):
         return None
     if any(t != ShardingType.REPLICATED for t in s.subgroup_types):
         return None
-    from hlo_spmd.passes.partition.reshard_routes import layout_of
-
     lay = layout_of(s, n, len(dims))
     if lay is None or not lay.balanced() or all(t == 1 for t in lay.tiles):
         return None
@@ -597,7 +523,7 @@ def _scatter_sizes(dims, tiles, replication: int) -> tuple[list[int], int, int]:
     return local, per_tile, -(-per_tile // replication)
 
 
-def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
+def _owner_only(ctx: "ReshardContext", pv: PValue) -> Instruction:
     """The owner's value on the owner, zero elsewhere."""
     owner = pv.sharding.device
     n = ctx.num_devices
@@ -611,14 +537,14 @@ def _owner_only(ctx: "PartitionContext", pv: PValue) -> Instruction:
     return ctx.b.select(pred, x, zero)
 
 
-def maximal_to_maximal(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+def maximal_to_maximal(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
     """The owner's value to another single device: one collective-permute owner -> new
     owner (the other devices send nothing and keep what they had, which means nothing)."""
     out = ctx.f.collective_permute(pv.hlo, [(pv.sharding.device, target.device)])
     return PValue(out, pv.base_shape, target)
 
 
-def maximal_to_tiled(ctx: "PartitionContext", pv: PValue, target: HloSharding) -> PValue:
+def maximal_to_tiled(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
     """The owner's value to a tiled (possibly partially replicated) sharding over every
     device: the owner-only value (zeros elsewhere), cut into its tiles laid out one after
     another (each split in as many chunks as it has holders), one reduce-scatter over all
@@ -666,7 +592,7 @@ def maximal_to_tiled_cost(dims, itemsize: float, target: HloSharding, n: int) ->
     return total
 
 
-def maximal_to_replicated(ctx: "PartitionContext", pv: PValue) -> PValue:
+def maximal_to_replicated(ctx: "ReshardContext", pv: PValue) -> PValue:
     """The owner's value to every device: zero elsewhere, then all-reduce."""
     n = ctx.num_devices
     selected = _owner_only(ctx, pv)

@@ -46,13 +46,14 @@ from hlo_spmd.collectives.cost import bytes_per_device
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.memo import BoundedMemo
+from hlo_spmd.passes.partition.local_cut import pad_to, slice_to
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding, ShardingType, tile_coords
 from hlo_spmd.sharding.array_key import array_token
 from hlo_spmd.sharding.device_ids import all_distinct
 
 if TYPE_CHECKING:
-    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ReshardContext
 
 __all__ = ["Layout", "layout_of", "plan_reshard", "plan_cost", "chosen_plan",
            "reshard_with_plan",
@@ -197,6 +198,20 @@ def array_bytes(shape: Sequence[int], itemsize: float) -> float:
     return float(math.ceil(math.prod(shape) * itemsize))
 
 
+def replicate_cost(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -> float:
+    """What ``replicate`` moves from data tiles ``tiles``: one all-gather per tiled dim, in
+    dim order, of the padded local array (the padding is sliced off at the end); cutting a
+    tile out of the replicated value afterwards is free."""
+    local = [-(-int(d) // int(t)) for d, t in zip(dims, tiles)]
+    total = 0.0
+    for k, t in enumerate(tiles):
+        if t > 1:
+            local[k] *= t
+            gathered = array_bytes(local, itemsize)
+            total += bytes_per_device("all-gather", gathered / t, gathered, int(t))
+    return total
+
+
 _nbytes = array_bytes
 
 
@@ -310,7 +325,7 @@ class Step:
         """The collectives the step emits from ``lay``."""
         return self.collectives
 
-    def emit(self, ctx: "PartitionContext", x: Instruction, lay: Layout,
+    def emit(self, ctx: "ReshardContext", x: Instruction, lay: Layout,
              dims: tuple[int, ...]) -> Instruction:
         raise NotImplementedError
 
@@ -387,8 +402,6 @@ class Slice(Step):
         return self.to
 
     def emit(self, ctx, x, lay, dims):
-        from hlo_spmd.passes.partition.reshard import pad_to
-
         key = (id(lay), tuple(dims))
         got = self._emits.get(key)
         if got is None:  # (the layout is held, so its id stays its own)
@@ -477,8 +490,6 @@ class AllGather(Step):
         return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
 
     def emit(self, ctx, x, lay, dims):
-        from hlo_spmd.passes.partition.reshard import slice_to
-
         if self.masked(lay, dims):
             x = self._masked_sum(ctx, x, lay, dims)
         else:
@@ -611,8 +622,6 @@ class AllToAll(Step):
         of it next to a fresh slice is rejected ("all-to-all has operands with different
         shapes: f32[1,1,2,1] ... f32[1,1,2,1]"). Reordering transposes therefore come
         after the exchange, as in XLA's own ReshardWithAllToAll."""
-        from hlo_spmd.passes.partition.reshard import pad_to, slice_to
-
         bld = ctx.b
         rank = len(dims)
         k = len(self.moves)
@@ -819,8 +828,6 @@ class HaloSlice(Step):
         return total
 
     def emit(self, ctx, x, lay, dims):
-        from hlo_spmd.passes.partition.reshard import pad_to
-
         k, off, lx, ly, need, sides, hl, kneed = self._form(lay, dims)
         rank = len(dims)
         if self.join is not None:
@@ -1245,8 +1252,6 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
     fallback = simulate(fallback_steps, src, dims, itemsize)
     assert fallback is not None
     # Priced as ``reshard`` emits it (reshard.replicate: padded gathers, slice at the end).
-    from hlo_spmd.passes.partition.reshard import replicate_cost
-
     fallback.cost = replicate_cost(dims, itemsize, src.tiles)
     fallback.through_replicated = True
     fallback.name = "through replicated"
@@ -1319,7 +1324,7 @@ def _replay(body: list[Step], start: Layout, intended: list[Layout], dims):
     return out, lay
 
 
-def reshard_with_plan(ctx: "PartitionContext", pv: PValue, target: HloSharding,
+def reshard_with_plan(ctx: "ReshardContext", pv: PValue, target: HloSharding,
                       plan: Plan) -> PValue:
     dims = tuple(int(d) for d in pv.base_shape.dims)
     src = layout_of(pv.sharding, ctx.num_devices, len(dims))
@@ -1397,8 +1402,6 @@ def _replicated_route_wins(src: Layout, dst: Layout, dims: tuple[int, ...],
         return True
     if any(t != 1 for t in dst.tiles):
         return False
-    from hlo_spmd.passes.partition.reshard import replicate_cost
-
     tiles = list(src.tiles)
     total = 0.0
     for k in range(len(tiles)):

@@ -31,7 +31,7 @@ from hlo_spmd.sharding.unreduced import is_unreduced, reduced
 
 if TYPE_CHECKING:
     from hlo_spmd.ir.instruction import Instruction
-    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ReshardContext
 
 __all__ = ["LINEAR_OPS", "is_unreduced", "reduced", "groups_of", "scattered", "keep_on_leader",
            "dot_unreduced"]
@@ -64,7 +64,7 @@ def scattered(s: HloSharding, n: int, rank: int, dim: int) -> HloSharding:
     return HloSharding.subgroup(ta, types) if types else HloSharding.tile(ta)
 
 
-def keep_on_leader(ctx: PartitionContext, pv: PValue, target: HloSharding) -> PValue:
+def keep_on_leader(ctx: ReshardContext, pv: PValue, target: HloSharding) -> PValue:
     """``pv`` (held whole by each group of ``target``: its reduced twin) as a partial sum:
     the group's first device holds the value, the rest zeros (a step of reshard's plan)."""
     n = ctx.num_devices
@@ -94,13 +94,11 @@ def _operand_sharding(t_arr: np.ndarray, u: int, axis_of: list[int | None]) -> H
     return HloSharding.partial_tile(TileAssignment.from_array(arr).compact())
 
 
-def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, rhs: PValue,
+def dot_unreduced(ctx: ReshardContext, inst: Instruction, dims, lhs: PValue, rhs: PValue,
                   target: HloSharding, out_shape, local_op, mask_padding) -> PValue | None:
     """A dot whose result is annotated unreduced: the first contracting dim is split
     across each unreduced group, the result tiles follow the target, and the local
     products are the partial sums.  None when the dot has no contracting dim."""
-    from hlo_spmd.passes.partition.reshard import reshard
-
     if not dims.contracting:
         return None
     t_arr, u = _array(target, ctx.num_devices, dims.out_rank)
@@ -118,8 +116,8 @@ def dot_unreduced(ctx: PartitionContext, inst: Instruction, dims, lhs: PValue, r
         rhs_axes[d.rhs] = d.output
     lc, rc = dims.contracting[0].lhs, dims.contracting[0].rhs
     lhs_axes[lc] = rhs_axes[rc] = u
-    l = reshard(ctx, lhs, _operand_sharding(t_arr, u, lhs_axes))
-    r = reshard(ctx, rhs, _operand_sharding(t_arr, u, rhs_axes))
+    l = ctx.reshard(lhs, _operand_sharding(t_arr, u, lhs_axes))
+    r = ctx.reshard(rhs, _operand_sharding(t_arr, u, rhs_axes))
     k = t_arr.shape[u]
     if lhs.base_shape.dims[lc] % k:   # padding of the split dim would be summed: zero it
         l = mask_padding(ctx, l, [lc])
