@@ -1,7 +1,8 @@
 """One reshard plan: the price ``reshard_cost`` gives is what ``stats`` counts in the program
-``reshard`` emits, for every kind of source (tiled, partially replicated, replicated,
-maximal, unreduced, tiled with unreduced subgroups) and target, on 4 and 8 devices and
-for 4-, 8-, 16- and 32-bit elements (packed, as ``Shape.byte_size``).
+``reshard`` emits, and the plan's peak (``reshard_peak``) is the largest array the emitted
+program makes from the value, for every kind of source (tiled, partially replicated,
+replicated, maximal, unreduced, tiled with unreduced subgroups) and target, on 4 and 8
+devices and for 4-, 8-, 16- and 32-bit elements (packed, as ``Shape.byte_size``).
 
 The reshard is emitted straight into a small module (no completion, no runtime): what is
 checked here is the price against the emitted program; test_reshard_routes.py and
@@ -27,7 +28,7 @@ from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.state import ModuleState, PartitionReport
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.reshard import reshard, reshard_cost, reshard_plan
+from hlo_spmd.passes.partition.reshard import reshard, reshard_cost, reshard_peak, reshard_plan
 from hlo_spmd.sharding import HloSharding, ShardingType, TileAssignment, parse_sharding, tile_shape
 from hlo_spmd.stats import module_stats
 
@@ -35,7 +36,8 @@ TYPES = [PrimitiveType.S4, PrimitiveType.U8, PrimitiveType.BF16, PrimitiveType.F
 
 
 def emitted(dims, src: HloSharding, dst: HloSharding, n: int,
-            et: PrimitiveType = PrimitiveType.F32) -> tuple[float, Module]:
+            et: PrimitiveType = PrimitiveType.F32, copy_root: bool = True
+            ) -> tuple[float, Module]:
     """(bytes per device ``stats`` counts, the module) of ``reshard`` taking a parameter
     of global ``dims`` from ``src`` to ``dst``."""
     out = Module("plan")
@@ -49,10 +51,26 @@ def emitted(dims, src: HloSharding, dst: HloSharding, n: int,
     local = base.with_dims(tile_shape(src, dims)) if src.is_tiled else base
     param = b.parameter(0, local, name="p")
     res = reshard(ctx, PValue(param, base, src), dst).hlo
-    if res is param:
+    if res is param and copy_root:
         res = b.op("copy", [res], declared=res.shape)
     b.set_root(res)
     return module_stats(out, n).total_bytes_per_device, out
+
+
+def largest_made(dims, src: HloSharding, dst: HloSharding, n: int,
+                 et: PrimitiveType = PrimitiveType.F32) -> float:
+    """Bytes of the largest array ``reshard`` emits that is computed from the value (its
+    data flow from the parameter: pads, gathers, exchanges, cuts; not offset tables,
+    masks or zeros), measured on the emitted program."""
+    _, out = emitted(dims, src, dst, n, et, copy_root=False)
+    insts = out.entry.instructions
+    made = {id(insts[0])}  # the parameter (emitted first)
+    peak = 0.0
+    for inst in insts[1:]:
+        if any(id(o) in made for o in inst.operands):
+            made.add(id(inst))
+            peak = max(peak, float(inst.shape.byte_size()))
+    return peak
 
 
 def _tiled(draw, n: int, rank: int, last: ShardingType | None) -> HloSharding:
@@ -104,6 +122,32 @@ def test_price_is_what_the_emitted_program_moves(case):
     got, _ = emitted(dims, src, dst, n, et)
     price = reshard_cost(dims, element_bytes(et), src, dst, n)
     assert price == pytest.approx(got), reshard_plan(dims, element_bytes(et), src, dst, n)
+
+
+@settings(max_examples=250, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(plan_cases())
+def test_peak_is_the_largest_array_the_emitted_program_makes(case):
+    dims, src, dst, n, et = case
+    peak = reshard_peak(dims, element_bytes(et), src, dst, n)
+    assert peak == largest_made(dims, src, dst, n, et), \
+        reshard_plan(dims, element_bytes(et), src, dst, n)
+
+
+@pytest.mark.parametrize("dims,src,dst,peak", [
+    # a slice whose last tile runs past the held one: the padded buffer is the peak
+    ([4, 3], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{devices=[2,2]<=[4]}", 32),
+    # an uneven local cut of the replicated value: the padded value
+    ([5, 3], "{replicated}", "{devices=[4,1]<=[4]}", 96),
+    # the owner's value scattered: one padded chunk per device
+    ([5, 3], "{maximal device=1}", "{devices=[4,1]<=[4]}", 96),
+    # gathered with the padding, then sliced
+    ([5, 3], "{devices=[4,1]<=[4]}", "{replicated}", 96),
+    ([8, 4], "{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", 32),  # one all-to-all
+])
+def test_peak_examples(dims, src, dst, peak):
+    src, dst = parse_sharding(src), parse_sharding(dst)
+    assert reshard_peak(dims, 4.0, src, dst, 4) == peak == largest_made(dims, src, dst, 4)
 
 
 @pytest.mark.parametrize("src,dst,kinds", [

@@ -110,16 +110,19 @@ def _reshard_uncached(ctx: "ReshardContext", pv: PValue, target: HloSharding) ->
 # prices, so a planner's figure is the program's.
 
 class Step:
-    """One step of a reshard plan: ``src`` -> ``dst``, ``cost`` bytes per device."""
+    """One step of a reshard plan: ``src`` -> ``dst``, ``cost`` bytes per device on the
+    wire, ``peak`` bytes per device of the largest array it makes from the value."""
     kind = ""
 
-    def __init__(self, src: HloSharding, dst: HloSharding, cost: float = 0.0) -> None:
+    def __init__(self, src: HloSharding, dst: HloSharding, cost: float = 0.0,
+                 peak: float = 0.0) -> None:
         self.src = src
         self.dst = dst
         self.cost = cost
+        self.peak = peak
 
     def __repr__(self) -> str:
-        return f"{self.kind}({self.src} -> {self.dst}, {self.cost:g} B)"
+        return f"{self.kind}({self.src} -> {self.dst}, {self.cost:g} B, peak {self.peak:g} B)"
 
     def emit(self, ctx: "ReshardContext", pv: PValue) -> PValue:
         raise NotImplementedError
@@ -193,12 +196,13 @@ class Routes(Step):
     between two tiled / partially replicated layouts."""
     kind = "routes"
 
-    def __init__(self, src: HloSharding, dst: HloSharding, plan) -> None:
-        super().__init__(src, dst, plan.cost)
+    def __init__(self, src: HloSharding, dst: HloSharding, plan, peak: float) -> None:
+        super().__init__(src, dst, plan.cost, peak)
         self.plan = plan
 
     def __repr__(self) -> str:
-        return f"routes[{self.plan.name}]({self.src} -> {self.dst}, {self.cost:g} B)"
+        return (f"routes[{self.plan.name}]({self.src} -> {self.dst}, {self.cost:g} B, "
+                f"peak {self.peak:g} B)")
 
     def emit(self, ctx, pv):
         if not self.plan.steps:
@@ -211,6 +215,9 @@ class Via(Step):
     value (the replicated value, the reduced twin of a partial sum) is remembered for
     later users; priced as that reshard's own plan."""
     kind = "via"
+
+    def __init__(self, src: HloSharding, dst: HloSharding, plan: "ReshardPlan") -> None:
+        super().__init__(src, dst, plan.cost, plan.peak)
 
     def emit(self, ctx, pv):
         return reshard(ctx, pv, self.dst)
@@ -230,8 +237,9 @@ class GroupReduceScatter(Step):
     """Unreduced -> tiled on ``dim`` across each group: one reduce-scatter."""
     kind = "reduce-scatter"
 
-    def __init__(self, src: HloSharding, dst: HloSharding, cost: float, dim: int) -> None:
-        super().__init__(src, dst, cost)
+    def __init__(self, src: HloSharding, dst: HloSharding, cost: float, peak: float,
+                 dim: int) -> None:
+        super().__init__(src, dst, cost, peak)
         self.dim = dim
 
     def emit(self, ctx, pv):
@@ -255,8 +263,9 @@ class Remake(Step):
     cost, elementwise ops of such): nothing moves."""
     kind = "recreate"
 
-    def __init__(self, src: HloSharding, dst: HloSharding, origin: Instruction) -> None:
-        super().__init__(src, dst, 0.0)
+    def __init__(self, src: HloSharding, dst: HloSharding, origin: Instruction,
+                 peak: float) -> None:
+        super().__init__(src, dst, 0.0, peak)
         self.origin = origin
 
     def emit(self, ctx, pv):
@@ -273,7 +282,10 @@ def _value_plan(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> "Resh
     if plan.cost > 0 and math.isfinite(plan.cost):
         origin = recreate.origin(ctx, pv)
         if origin is not None and recreate.ops_to_remake(ctx, origin, target) is not None:
-            return ReshardPlan([Remake(pv.sharding, target, origin)])
+            # (its peak: the target's local array, as any value it makes in target)
+            local = tile_shape(target, shape.dims) if target.is_tiled else shape.dims
+            peak = array_bytes(local, element_bytes(shape.element_type))
+            return ReshardPlan([Remake(pv.sharding, target, origin, peak)])
     return plan
 
 
@@ -282,13 +294,15 @@ def _adder(x: Instruction) -> str:
 
 
 class ReshardPlan:
-    """The steps ``reshard`` emits for one array, and their summed price (bytes per
-    device on the wire, as ``stats`` counts the emitted program)."""
-    __slots__ = ("steps", "cost")
+    """The steps ``reshard`` emits for one array, their summed price (bytes per device on
+    the wire, as ``stats`` counts the emitted program) and their peak (bytes per device of
+    the largest array a step makes from the value)."""
+    __slots__ = ("steps", "cost", "peak")
 
     def __init__(self, steps: Sequence[Step]) -> None:
         self.steps = tuple(steps)
         self.cost = float(sum(s.cost for s in self.steps))
+        self.peak = float(max((s.peak for s in self.steps), default=0.0))
 
     def __repr__(self) -> str:
         return "ReshardPlan(" + ", ".join(map(repr, self.steps)) + ")"
@@ -312,9 +326,9 @@ def reshard_plan(dims: Sequence[int], itemsize: float, src: HloSharding, dst: Hl
             # All the data sits in the first tile: read it as that device's value
             # (maximal) when the owner's plan is cheaper (one all-reduce, not a gather
             # per tiled dim).
-            cost = reshard_plan(dims, itemsize, owner, dst, num_devices).cost
-            if cost < plan.cost:
-                plan = ReshardPlan([Relabel(src, owner), Via(owner, dst, cost)])
+            via = reshard_plan(dims, itemsize, owner, dst, num_devices)
+            if via.cost < plan.cost:
+                plan = ReshardPlan([Relabel(src, owner), Via(owner, dst, via)])
         hit = _PLANS.put(key, plan)
     return hit
 
@@ -357,29 +371,34 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
         if not unreduced.is_unreduced(dst) and dst.is_tiled:
             for d in range(rank):
                 if local[d] % k == 0 and unreduced.scattered(src, n, rank, d) == dst:
+                    piece = list(local)
+                    piece[d] //= k
                     return [GroupReduceScatter(src, dst, bytes_per_device(
-                        "reduce-scatter", part, part / k, k), d)]
+                        "reduce-scatter", part, part / k, k), array_bytes(piece, itemsize), d)]
         steps: list[Step] = [GroupAllReduce(src, twin, bytes_per_device(
-            "all-reduce", part, part, k))]
+            "all-reduce", part, part, k), part)]
         if twin != dst:
-            steps.append(Via(twin, dst, reshard_plan(dims, itemsize, twin, dst, n).cost))
+            steps.append(Via(twin, dst, reshard_plan(dims, itemsize, twin, dst, n)))
         return steps
     if unreduced.is_unreduced(dst):
         twin = unreduced.reduced(dst)
         steps = []
         if twin != src:
-            steps.append(Via(src, twin, reshard_plan(dims, itemsize, src, twin, n).cost))
-        return steps + [KeepOnLeader(twin, dst)]
+            steps.append(Via(src, twin, reshard_plan(dims, itemsize, src, twin, n)))
+        local = tile_shape(twin, dims) if twin.is_tiled else list(dims)
+        return steps + [KeepOnLeader(twin, dst, 0.0, array_bytes(local, itemsize))]
     full = array_bytes(dims, itemsize)
     if src.is_maximal and dst.is_maximal:
-        return [OwnerMove(src, dst, bytes_per_device("collective-permute", full, full, 2))]
-    scatter = maximal_to_tiled_cost(dims, itemsize, dst, n) if src.is_maximal else None
-    if scatter is not None and scatter < bytes_per_device("all-reduce", full, full, n):
-        return [OwnerReduceScatter(src, dst, scatter)]
+        return [OwnerMove(src, dst, bytes_per_device("collective-permute", full, full, 2),
+                          full)]
+    scatter = maximal_to_tiled_price(dims, itemsize, dst, n) if src.is_maximal else None
+    if scatter is not None and scatter[0] < bytes_per_device("all-reduce", full, full, n):
+        return [OwnerReduceScatter(src, dst, *scatter)]
     steps = []
     if src.is_maximal:
         rep = HloSharding.replicate()
-        steps.append(OwnerAllReduce(src, rep, bytes_per_device("all-reduce", full, full, n)))
+        steps.append(OwnerAllReduce(src, rep, bytes_per_device("all-reduce", full, full, n),
+                                    full))
         src = rep
         if src == dst:
             return steps
@@ -388,19 +407,37 @@ def _plan_steps(dims: tuple[int, ...], itemsize: float, src: HloSharding, dst: H
         # A replicated value is valid on the owner device as well.
         rep = HloSharding.replicate()
         if not src.is_replicated:
-            steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles)))
+            steps.append(Gather(src, rep, replicate_cost(dims, itemsize, tiles),
+                                _gathered_bytes(dims, itemsize, tiles)))
         return steps + [Relabel(rep, dst)]
     if rank and src.is_tiled:
         plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, n)
         if plan is not None:
-            return steps + [Routes(src, dst, plan)]
+            return steps + [Routes(src, dst, plan,
+                                   reshard_routes.plan_peak(plan, dims, itemsize))]
     if dst.is_replicated:
-        return steps + [Gather(src, dst, replicate_cost(dims, itemsize, tiles))]
+        return steps + [Gather(src, dst, replicate_cost(dims, itemsize, tiles),
+                               _gathered_bytes(dims, itemsize, tiles))]
     # Through the replicated value, itself remembered for later users.
     rep = HloSharding.replicate()
     if not src.is_replicated:
-        steps.append(Via(src, rep, reshard_plan(dims, itemsize, src, rep, n).cost))
-    return steps + [CutLocal(rep, dst)]
+        steps.append(Via(src, rep, reshard_plan(dims, itemsize, src, rep, n)))
+    return steps + [CutLocal(rep, dst, 0.0, _cut_bytes(dims, itemsize, dst))]
+
+
+def _gathered_bytes(dims: Sequence[int], itemsize: float, tiles: Sequence[int]) -> float:
+    """The largest array ``replicate`` makes from data tiles ``tiles``: the last
+    all-gather's, every tiled dim whole with its padding (sliced off after)."""
+    return array_bytes([-(-int(d) // int(t)) * int(t) for d, t in zip(dims, tiles)], itemsize)
+
+
+def _cut_bytes(dims: Sequence[int], itemsize: float, dst: HloSharding) -> float:
+    """The largest array ``slice_replicated`` makes cutting ``dst``'s tile: the padded
+    value (uneven dims) or the tile."""
+    local = [int(v) for v in tile_shape(dst, dims)]
+    padded = [l * int(t) for l, t in zip(local, dst.tile_dims_for_data())]
+    return max(array_bytes(padded, itemsize) if padded != [int(d) for d in dims] else 0.0,
+               array_bytes(local, itemsize) if local != padded else 0.0)
 
 
 def reshard_cost(dims: Sequence[int], itemsize: float, src: HloSharding,
@@ -434,31 +471,20 @@ def reshard_price(ctx: "ReshardContext", pv: PValue, target: HloSharding,
     n = ctx.num_devices
     if recreate:
         plan = _value_plan(ctx, pv, target)
-        if plan.steps and isinstance(plan.steps[0], Remake):
-            local = tile_shape(target, shape.dims) if target.is_tiled else shape.dims
-            return 0.0, array_bytes(local, size)
-        return plan.cost, reshard_peak(shape.dims, size, pv.sharding, target, n)
-    return (reshard_cost(shape.dims, size, pv.sharding, target, n),
-            reshard_peak(shape.dims, size, pv.sharding, target, n))
+    else:
+        plan = reshard_plan(shape.dims, size, pv.sharding, target, n)
+    return plan.cost, plan.peak
 
 
 def reshard_peak(dims: Sequence[int], itemsize: float, src: HloSharding,
                  dst: HloSharding, num_devices: int) -> float:
-    """Bytes per device of the largest array ``reshard`` creates taking ``dims`` from
-    ``src`` to ``dst``: the local array of every layout its route passes through, or the
-    whole array when it goes through the replicated value (the memory side of
-    ``reshard_cost``, for planners that weigh the largest new tensor)."""
-    if src == dst or src.is_manual or dst.is_manual or src.is_tuple or dst.is_tuple:
+    """Bytes per device of the largest array ``reshard`` makes from the value taking
+    ``dims`` from ``src`` to ``dst``: the peak of the plan it walks (``reshard_plan``),
+    the memory side of ``reshard_cost``, for planners that weigh the largest new
+    tensor."""
+    if src == dst or src.is_tuple or dst.is_tuple:
         return 0.0
-    dims = tuple(int(d) for d in dims)
-    full = float(math.prod(dims)) * itemsize
-    if src.is_maximal or dst.is_maximal:
-        return full
-    plan = reshard_routes.chosen_plan(dims, itemsize, src, dst, num_devices)
-    if plan is None:
-        return full
-    return max((math.prod(-(-d // t) for d, t in zip(dims, lay.tiles)) * itemsize
-                for lay in plan.layouts[1:]), default=0.0)
+    return reshard_plan(dims, itemsize, src, dst, num_devices).peak
 
 
 def _reshard_tuple(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> PValue:
@@ -578,8 +604,10 @@ def maximal_to_tiled(ctx: "ReshardContext", pv: PValue, target: HloSharding) -> 
     return PValue(b.reshape(x, local), pv.base_shape, target)
 
 
-def maximal_to_tiled_cost(dims, itemsize: float, target: HloSharding, n: int) -> float | None:
-    """What ``maximal_to_tiled`` moves, or None when it does not apply."""
+def maximal_to_tiled_price(dims, itemsize: float, target: HloSharding,
+                           n: int) -> tuple[float, float] | None:
+    """(what ``maximal_to_tiled`` moves, its largest array: the owner-only value cut into
+    its tiles and holders' chunks, one row per device), or None when it does not apply."""
     lay = _scatter_layout(target, dims, n)
     if lay is None:
         return None
@@ -589,7 +617,7 @@ def maximal_to_tiled_cost(dims, itemsize: float, target: HloSharding, n: int) ->
     if lay.replication > 1:
         r = lay.replication
         total += bytes_per_device("all-gather", part, part * r, r)
-    return total
+    return total, array_bytes([n * chunk], itemsize)
 
 
 def maximal_to_replicated(ctx: "ReshardContext", pv: PValue) -> PValue:

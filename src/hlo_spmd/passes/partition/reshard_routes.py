@@ -321,6 +321,11 @@ class Step:
     def cost(self, lay: Layout, dims: tuple[int, ...], itemsize: float) -> float:
         return 0.0
 
+    def peak(self, lay: Layout, dims: tuple[int, ...], itemsize: float) -> float:
+        """Bytes per device of the largest array ``emit`` makes from the value (its data
+        padded, gathered, exchanged or cut; not the offset tables)."""
+        raise NotImplementedError
+
     def count(self, lay: Layout, dims: tuple[int, ...]) -> int:
         """The collectives the step emits from ``lay``."""
         return self.collectives
@@ -400,6 +405,13 @@ class Slice(Step):
         if self.to.num_devices != lay.num_devices or self._offsets(lay, dims) is None:
             return None
         return self.to
+
+    def peak(self, lay, dims, itemsize):
+        off, lx, ly = self._offsets(lay, dims)
+        need, zero, _ = self._emit_form(lay, dims, off, lx, ly)
+        padded = _nbytes(need, itemsize) if need != tuple(int(v) for v in lx) else 0.0
+        cut = 0.0 if zero and tuple(int(v) for v in ly) == need else _nbytes(ly, itemsize)
+        return max(padded, cut)
 
     def emit(self, ctx, x, lay, dims):
         key = (id(lay), tuple(dims))
@@ -488,6 +500,14 @@ class AllGather(Step):
             return bytes_per_device("all-reduce", k, k, self.factor)
         local[self.dim] *= self.factor
         return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
+
+    def peak(self, lay, dims, itemsize):
+        # the gathered (or, masked, the summed span of the data tiles) array; the slice
+        # of the padding that follows is smaller
+        local = list(_local(lay.tiles, dims))
+        local[self.dim] *= self.data_tiles(lay, dims) if self.masked(lay, dims) else \
+            self.factor
+        return _nbytes(local, itemsize)
 
     def emit(self, ctx, x, lay, dims):
         if self.masked(lay, dims):
@@ -607,6 +627,11 @@ class AllToAll(Step):
         size = _nbytes(self._padded_local(lay, dims), itemsize)
         return bytes_per_device("all-to-all", size, size, self.group_size)
 
+    def peak(self, lay, dims, itemsize):
+        # every array between the padding and the final slice is the padded local
+        # array, re-shaped
+        return _nbytes(self._padded_local(lay, dims), itemsize)
+
     def emit(self, ctx, x, lay, dims):
         """Split every receiving dim into (its factors, its new shard), exchange the factor
         axes, then put each received factor before its source dim and merge.
@@ -712,6 +737,11 @@ class Permute(Step):
             return 0.0
         size = _nbytes(_local(lay.tiles, dims), itemsize)
         return bytes_per_device("collective-permute", size, size, 2)
+
+    def peak(self, lay, dims, itemsize):
+        if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
+            return 0.0
+        return _nbytes(_local(lay.tiles, dims), itemsize)
 
     def emit(self, ctx, x, lay, dims):
         if np.array_equal(lay.tile_ids(), self.to.tile_ids()):
@@ -827,6 +857,29 @@ class HaloSlice(Step):
                 total += bytes_per_device("collective-permute", size, size, 2)
         return total
 
+    def peak(self, lay, dims, itemsize):
+        # the arrays ``emit`` makes, in its order: the joined tiles, the padded buffer,
+        # this device's own part and the halo pieces, their concatenation, padded, cut
+        k, _, lx, ly, need, sides, _, kneed = self._form(lay, dims)
+        held = list(_local(lay.tiles, dims))
+        shapes = []
+        if self.join is not None:
+            held[self.join[0]] *= self.join[1]
+            shapes.append(held)
+        if [int(v) for v in need] != held:
+            shapes.append([int(v) for v in need])
+        own = [int(v) for v in ly]
+        own[k] = int(lx[k])
+        shapes.append(own)
+        widths = [side[0] for side in sides if side is not None]
+        for w in widths:
+            shapes.append(own[:k] + [w] + own[k + 1:])
+        joined = own[:k] + [own[k] + sum(widths)] + own[k + 1:]
+        shapes.append(joined)
+        shapes.append(joined[:k] + [max(kneed, joined[k])] + joined[k + 1:])
+        shapes.append([int(v) for v in ly])
+        return max(_nbytes(x, itemsize) for x in shapes)
+
     def emit(self, ctx, x, lay, dims):
         k, off, lx, ly, need, sides, hl, kneed = self._form(lay, dims)
         rank = len(dims)
@@ -928,6 +981,14 @@ def simulate(steps: Sequence[Step], src: Layout, dims: tuple[int, ...],
         lay = new
         layouts.append(lay)
     return Plan(list(steps), total, collectives, layouts=layouts)
+
+
+def plan_peak(plan: Plan, dims: Sequence[int], itemsize: float) -> float:
+    """Bytes per device of the largest array the plan's steps make from the value (each
+    step's ``peak`` at the layout it starts from)."""
+    dims = tuple(int(d) for d in dims)
+    return max((step.peak(lay, dims, itemsize) for step, lay in zip(plan.steps, plan.layouts)),
+               default=0.0)
 
 
 def plan_cost(plan: Plan) -> float:
