@@ -1,73 +1,20 @@
-"""The handler table is strict and pinned: one handler per opcode (and per custom-call
-target), every family registered from handlers.FAMILIES, and the opcode -> handler map
-spelled out here so a change to it is a visible, reviewed edit."""
+"""The handler table is strict and complete: every opcode XLA defines has one handler or a
+named reason for having none, no opcode or custom-call target is registered twice, and
+every family of handlers.FAMILIES registers exactly what ``hlo-spmd rules`` prints for
+it. The map itself is read from the registry (``hlo-spmd rules`` prints it), never copied
+here."""
 from __future__ import annotations
 
 import pytest
 
 import hlo_spmd.passes.partition.driver  # noqa: F401  (imports every handler family)
-from hlo_spmd.ir.opcodes import ELEMENTWISE
+from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE
 from hlo_spmd.passes.partition import handlers
-from hlo_spmd.passes.partition.registry import (CUSTOM_CALL_HANDLERS, HANDLERS,
+from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+from hlo_spmd.passes.partition.registry import (CUSTOM_CALL_HANDLERS, HANDLERS, NO_HANDLER,
                                                 DuplicateHandlerError, handles,
-                                                handles_custom_call)
-
-# handler (family.function) -> opcodes; elementwise opcodes are checked separately.
-PINNED = {
-    "basic.handle_full_then_slice": ["constant", "rng-get-and-update-state"],
-    "batch_norm.handle_batch_norm": ["batch-norm-grad", "batch-norm-inference",
-                                     "batch-norm-training"],
-    "basic.handle_gte": ["get-tuple-element"],
-    "basic.handle_tuple": ["tuple"],
-    "control_flow.handle_call": ["call"],
-    "control_flow.handle_conditional": ["conditional"],
-    "control_flow.handle_while": ["while"],
-    "dot.handle_dot": ["dot"],
-    "gather_scatter.handle_gather": ["gather"],
-    "gather_scatter.handle_scatter": ["scatter"],
-    "linalg.handle_batched_matrix_op": ["cholesky", "triangular-solve"],
-    "convolution.handle_convolution": ["convolution"],
-    "misc.handle_add_dependency": ["add-dependency"],
-    "misc.handle_after_all": ["after-all"],
-    "misc.handle_custom_call": ["custom-call"],
-    "misc.handle_feed": ["infeed", "outfeed"],
-    "misc.handle_input_collective": ["all-gather", "all-reduce", "all-to-all",
-                                     "collective-broadcast", "reduce-scatter"],
-    "misc.handle_input_collective_permute": ["collective-permute"],
-    "misc.handle_optimization_barrier": ["opt-barrier"],
-    "misc.handle_partition_id": ["partition-id"],
-    "misc.handle_replica_id": ["replica-id"],
-    "misc.handle_rng": ["rng"],
-    "misc.handle_rng_bit_generator": ["rng-bit-generator"],
-    "reduce.handle_reduce": ["reduce"],
-    "shapes.handle_bitcast_convert": ["bitcast-convert"],
-    "shapes.handle_broadcast": ["broadcast"],
-    "shapes.handle_dynamic_slice": ["dynamic-slice"],
-    "shapes.handle_dynamic_update_slice": ["dynamic-update-slice"],
-    "shapes.handle_iota": ["iota"],
-    "shapes.handle_reshape": ["reshape"],
-    "shapes.handle_transpose": ["transpose"],
-    "slicing.handle_concatenate": ["concatenate"],
-    "slicing.handle_pad": ["pad"],
-    "slicing.handle_reverse": ["reverse"],
-    "slicing.handle_slice": ["slice"],
-    "sort.handle_sort": ["sort"],
-    "sort.handle_topk": ["topk"],
-    "windows.handle_reduce_window": ["reduce-window"],
-    "windows.handle_select_and_scatter": ["select-and-scatter"],
-}
-
-PINNED_CUSTOM_CALLS = {
-    "TopK": "sort.handle_topk",
-    "Sharding": "basic._sharding_annotation",
-    "LayoutConstraint": "basic._layout_constraint",
-    "SPMDFullToShardShape": "basic._full_to_shard",
-    "SPMDShardToFullShape": "basic._shard_to_full",
-    "xla.sdy.FuncResultSharding": "basic._sharding_annotation",
-    "xla.sdy.PropagationBarrier": "basic._identity",
-    "xla.sdy.GlobalToLocalShape": "basic._global_to_local",
-    "xla.sdy.LocalToGlobalShape": "basic._local_to_global",
-}
+                                                handles_custom_call, without_handler)
+from hlo_spmd.passes.rules import rules_table
 
 PREFIX = handlers.__name__ + "."
 
@@ -77,20 +24,41 @@ def _short(fn) -> str:
     return fn.__module__[len(PREFIX):] + "." + fn.__name__
 
 
-def test_opcode_to_handler_map_is_pinned():
-    actual: dict[str, list[str]] = {}
-    for op, fn in HANDLERS.items():
-        if _short(fn) == "elementwise.handle_elementwise":
+def test_every_opcode_has_a_handler_or_a_named_reason():
+    for op in sorted(ALL_OPCODES):
+        assert (op in HANDLERS) != (op in NO_HANDLER), op
+    assert set(HANDLERS) | set(NO_HANDLER) == set(ALL_OPCODES)
+    assert all(isinstance(r, str) and len(r.split()) >= 3 for r in NO_HANDLER.values())
+    # (an op of an elementwise kind is never left to the fallback)
+    assert not set(ELEMENTWISE) & set(NO_HANDLER)
+
+
+def test_each_family_registers_what_rules_prints():
+    rows = rules_table()
+    printed: dict[str, dict[tuple[str, str], str]] = {}
+    for r in rows:
+        registered = (HANDLERS if r.kind == "opcode" else CUSTOM_CALL_HANDLERS).get(r.name)
+        if registered is None:  # the fallback, with its reason
+            assert (r.handler_module, r.handler_function.split(" ")[0]) == \
+                (handle_replicated.__module__, handle_replicated.__name__), r
+            assert r.kind == "custom-call" or NO_HANDLER[r.name] in r.handler_function, r
             continue
-        actual.setdefault(_short(fn), []).append(op)
-    assert {k: sorted(v) for k, v in actual.items()} == PINNED
-    elementwise = {op for op, fn in HANDLERS.items()
-                   if _short(fn) == "elementwise.handle_elementwise"}
-    assert elementwise == set(ELEMENTWISE) - {"bitcast-convert"}
+        assert r.handler_module.startswith(PREFIX), r
+        family = r.handler_module[len(PREFIX):]
+        printed.setdefault(family, {})[(r.kind, r.name)] = r.handler_function
+    for family in handlers.FAMILIES:
+        module = PREFIX + family
+        registered = {("opcode", op): fn.__qualname__ for op, fn in HANDLERS.items()
+                      if fn.__module__ == module}
+        registered |= {("custom-call", t): fn.__qualname__
+                       for t, fn in CUSTOM_CALL_HANDLERS.items() if fn.__module__ == module}
+        assert registered, f"family {family} registers nothing"
+        assert printed.get(family) == registered, family
 
 
-def test_custom_call_targets_are_pinned():
-    assert {t: _short(fn) for t, fn in CUSTOM_CALL_HANDLERS.items()} == PINNED_CUSTOM_CALLS
+def test_rules_print_every_custom_call_target_registered():
+    targets = {r.name for r in rules_table() if r.kind == "custom-call"}
+    assert set(CUSTOM_CALL_HANDLERS) <= targets
 
 
 def test_every_registering_module_is_a_listed_family():
@@ -122,3 +90,16 @@ def test_second_registration_is_an_error():
         handles("some-new-op", "dot")(other)
     assert "some-new-op" not in HANDLERS
     assert _short(HANDLERS["dot"]) == "dot.handle_dot"
+
+
+def test_an_opcode_has_a_handler_or_a_reason_never_both():
+    def other(ctx, inst):  # pragma: no cover - never called
+        raise AssertionError
+
+    with pytest.raises(DuplicateHandlerError, match="'dot' already has handler"):
+        without_handler("a reason of its own", "dot")
+    with pytest.raises(DuplicateHandlerError, match="'fft' is declared without a handler"):
+        handles("fft")(other)
+    with pytest.raises(DuplicateHandlerError, match="'fft' is already declared"):
+        without_handler("another reason", "fft")
+    assert "fft" not in HANDLERS and "dot" not in NO_HANDLER

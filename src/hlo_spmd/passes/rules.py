@@ -11,7 +11,7 @@ from typing import Any
 
 from hlo_spmd.ir.opcodes import ALL_OPCODES
 from hlo_spmd.passes.partition.handlers import handler_tables
-from hlo_spmd.passes.partition.registry import Handler
+from hlo_spmd.passes.partition.registry import NO_HANDLER, Handler
 from hlo_spmd.passes.propagation.coverage import (CUSTOM_CALL_TARGETS, backward_rule,
                                                   custom_call_rule, forward_rule)
 
@@ -45,8 +45,11 @@ def rules_table(name: str | None = None) -> list[RuleRow]:
     for op in sorted(ALL_OPCODES | set(by_opcode)):
         if name is not None and op != name:
             continue
-        rows.append(RuleRow("opcode", op, forward_rule(op), backward_rule(op),
-                            *_where(by_opcode.get(op, handle_replicated))))
+        module, function = _where(by_opcode.get(op, handle_replicated))
+        if op in NO_HANDLER:
+            function += f" (no handler: {NO_HANDLER[op]})"
+        rows.append(RuleRow("opcode", op, forward_rule(op), backward_rule(op), module,
+                            function))
     for target in sorted(CUSTOM_CALL_TARGETS | set(by_target)):
         if name is not None and target != name:
             continue

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 Handler = Callable[["PartitionContext", "Instruction"], "PValue"]
 HANDLERS: dict[str, Handler] = {}
 CUSTOM_CALL_HANDLERS: dict[str, Handler] = {}
+# opcode -> why it has no handler of its own (the driver runs the replicated fallback,
+# handlers/basic.handle_replicated, on it): every opcode XLA defines is in exactly one of
+# HANDLERS and NO_HANDLER once the families are imported.
+NO_HANDLER: dict[str, str] = {}
 
 
 class DuplicateHandlerError(RuntimeError):
@@ -37,6 +41,9 @@ def _register(table: dict[str, Handler], kind: str, keys: tuple[str, ...],
         if old is not None and old is not fn:
             raise DuplicateHandlerError(f"{kind} {key!r} already has handler {_name(old)}; "
                                         f"refusing to register {_name(fn)}")
+        if table is HANDLERS and key in NO_HANDLER:
+            raise DuplicateHandlerError(f"{kind} {key!r} is declared without a handler "
+                                        f"({NO_HANDLER[key]}); refusing to register {_name(fn)}")
     for key in keys:
         table[key] = fn
 
@@ -55,3 +62,18 @@ def handles_custom_call(*targets: str) -> Callable[[Handler], Handler]:
         _register(CUSTOM_CALL_HANDLERS, "custom-call target", targets, fn)
         return fn
     return register
+
+
+def without_handler(reason: str, *opcodes: str) -> None:
+    """Declare that ``opcodes`` have no handler of their own, and why (``hlo-spmd rules``
+    prints it; the driver runs the replicated fallback on them)."""
+    for op in opcodes:
+        if op in HANDLERS:
+            raise DuplicateHandlerError(f"opcode {op!r} already has handler "
+                                        f"{_name(HANDLERS[op])}; it cannot be declared "
+                                        f"without one")
+        if op in NO_HANDLER and NO_HANDLER[op] != reason:
+            raise DuplicateHandlerError(f"opcode {op!r} is already declared without a "
+                                        f"handler ({NO_HANDLER[op]})")
+    for op in opcodes:
+        NO_HANDLER[op] = reason

@@ -7,7 +7,8 @@ from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.registry import CUSTOM_CALL_HANDLERS, handles, handles_custom_call
+from hlo_spmd.passes.partition.registry import (CUSTOM_CALL_HANDLERS, handles,
+                                                handles_custom_call, without_handler)
 from hlo_spmd.passes.partition.reshard import reshard
 from hlo_spmd.passes.propagation.sharding_ops import sub_sharding
 from hlo_spmd.sharding import HloSharding
@@ -189,6 +190,25 @@ def handle_replicated(ctx: PartitionContext, inst: Instruction) -> PValue:
     full = emit_like(ctx, inst, operands, inst.shape)
     pv = PValue(full, inst.shape, _replicated_like(HloSharding.replicate(), inst.shape))
     return reshard(ctx, pv, ctx.sharding_of(inst))
+
+
+# The opcodes without a handler, and why: each runs through handle_replicated (XLA's
+# DefaultAction does the same for the ops its visitor has no Handle* method for).
+without_handler("a computation's input: made by its caller (the entry interface, the "
+                "control-flow handlers); the driver never visits it", "parameter")
+without_handler("one half of an asynchronous pair (or a send / recv): run as written on "
+                "whole values; start and done are not partitioned apart",
+                "async-start", "async-update", "async-done", "all-gather-start",
+                "all-gather-done", "all-reduce-start", "all-reduce-done",
+                "collective-permute-start", "collective-permute-done", "copy-start",
+                "copy-done", "send", "send-done", "recv", "recv-done")
+without_handler("after partitioning in XLA's pipeline (layout assignment, fusion, sharding "
+                "domains): not expected before it; run on whole values", "bitcast",
+                "fusion", "domain")
+without_handler("dynamic shapes are not partitioned: run on whole values",
+                "dynamic-reshape", "get-dimension-size", "set-dimension-size")
+without_handler("no partitioning rule yet: run on whole values", "fft", "scan", "shuffle",
+                "ragged-dot", "scaled-dot", "ragged-all-to-all", "collective-reduce")
 
 
 def _replicated_like(s: HloSharding, shape) -> HloSharding:
