@@ -39,6 +39,7 @@ from typing import Callable
 
 import numpy as np
 
+from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.ir.shape import Shape
@@ -49,7 +50,7 @@ from hlo_spmd.passes.partition.support.dot_dims import (CONTRACTING, LHS_NC, RHS
 from hlo_spmd.passes.partition.support.dot_plan import (BasePlan, GroupPlan, Plan, Problem,
                                                        reduction_groups_of)
 from hlo_spmd.passes.partition.pvalue import PValue
-from hlo_spmd.passes.partition.reshard import pad_to
+from hlo_spmd.passes.partition.local_cut import pad_to
 
 S32 = PrimitiveType.S32
 # dot._local_dot: the per-device dot of ``inst`` on local operands.
@@ -185,13 +186,7 @@ def _emit(ctx: PartitionContext, inst: Instruction, plan: Plan, p: Problem, side
     i_next = body_b.add(i, body_b.constant(np.int64(1), S32))
     body_b.set_root(body_b.tuple([o, acc, i_next] + moved))
 
-    cond_b = b.new_computation(f"{inst.name}.windowed_cond")
-    cparam = cond_b.parameter(0, state, name="state")
-    ci = cond_b.get_tuple_element(cparam, 2)
-    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(steps - 1), S32), "LT"))
-
-    loop = b.while_loop(cond_b.computation, body_b.computation, init,
-                        name=f"{inst.name}.windowed")
+    loop = _counted_loop(b, f"{inst.name}.windowed", init, body_b, steps - 1)
     # The last pieces, after the loop (no permute left to do).
     o, acc, i, *ws = (b.get_tuple_element(loop, k) for k in range(3 + len(streams)))
     for w, (sign, start, _) in zip(ws, streams):
@@ -295,19 +290,25 @@ def windowed_reduce_scatter(ctx: PartitionContext, inst: Instruction, plan: Base
     i_next = body_b.add(i, body_b.constant(np.int64(1), S32))
     body_b.set_root(body_b.tuple([bl, br, i_next] + moved))
 
-    cond_b = b.new_computation(f"{inst.name}.windowed_rs_cond")
-    cparam = cond_b.parameter(0, state, name="state")
-    ci = cond_b.get_tuple_element(cparam, 2)
-    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(k - 1), S32), "LT"))
-
-    loop = b.while_loop(cond_b.computation, body_b.computation, init,
-                        name=f"{inst.name}.windowed_rs")
+    loop = _counted_loop(b, f"{inst.name}.windowed_rs", init, body_b, k - 1)
     ol, orr, i, *accs = (b.get_tuple_element(loop, j) for j in range(3 + halves))
     # The last partial dot (this device's own piece), after the loop.
     parts = [step(ctx, [ol, orr], acc, i, sign, h)
              for h, (acc, (sign, _)) in enumerate(zip(accs, streams))]
     out = parts[0] if halves == 1 else b.concatenate(parts, dim)
     return PValue(out, out_shape, plan.result)
+
+
+def _counted_loop(b: Builder, name: str, init: Instruction, body_b: Builder,
+                  trips: int) -> Instruction:
+    """The while loop of both windowed forms: ``body_b``'s computation run ``trips`` times
+    on ``init``, whose element 2 is the step counter the body increments (the last step
+    runs after the loop, outside it)."""
+    cond_b = b.new_computation(f"{name}_cond")
+    cparam = cond_b.parameter(0, init.shape, name="state")
+    ci = cond_b.get_tuple_element(cparam, 2)
+    cond_b.set_root(cond_b.compare(ci, cond_b.constant(np.int64(trips), S32), "LT"))
+    return b.while_loop(cond_b.computation, body_b.computation, init, name=name)
 
 
 def _result_local(p: Problem, plan: Plan) -> tuple[int, ...]:
