@@ -384,3 +384,28 @@ def other(ctx, pv, t):
 '''
     assert [w for _, w in second_reshard_paths({"x.py": text})] == [
         "cut: pad + dynamic-slice at device_offsets", "other calls slice_replicated"]
+
+
+# -- the context reshard's pieces see ---------------------------------------------------------
+def test_partition_context_is_a_reshard_context():
+    """reshard and its pieces name the context through state.ReshardContext (they sit
+    below context.py); PartitionContext must have every member it declares, with the same
+    parameters."""
+    import inspect
+
+    from hlo_spmd.passes.partition.context import PartitionContext
+    from hlo_spmd.passes.partition.state import ReshardContext
+
+    assigned = set(PartitionContext.__init__.__code__.co_names)
+    for name in ReshardContext.__annotations__:
+        assert name in assigned, name
+    members = [n for n, v in vars(ReshardContext).items()
+               if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    assert members
+    for name in members:
+        mine, theirs = getattr(PartitionContext, name), vars(ReshardContext)[name]
+        if isinstance(theirs, property):
+            assert isinstance(mine, property), name
+            continue
+        assert list(inspect.signature(mine).parameters) == \
+            list(inspect.signature(theirs).parameters), name
