@@ -25,9 +25,10 @@ is already there, elementwise ops of such; partition/recreate.py) is re-made in 
 target instead: a 0-byte step, chosen per value (``_value_plan``). Tuple values reshard
 per element.
 
-``reshard`` walks exactly the plan it prices: ``reshard_cost`` is that plan's price and
-``reshard_price`` the price for one value now (0 when cached or re-made). Every planner
-prices its candidates with them.
+``reshard`` walks exactly the plan it prices: ``reshard_cost`` is that plan's price,
+``reshard_peak`` its largest new array (each step knows both), and ``reshard_price`` the
+two for one value now (0 when cached; no bytes moved when re-made). Every planner prices
+its candidates with them.
 
 Reshards are remembered (XLA's PartitionedHlo reshard cache): per computation and device
 grouping, a value resharded to a target once is reused by every later user, and the
