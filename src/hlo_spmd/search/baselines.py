@@ -10,9 +10,9 @@
   row-parallel (a contracting dim) along the chain of weight dots, as Megatron-LM does;
   a weight that feeds no dot (an optimizer state) copies the spec of the dot weight of
   the same shape in the same position. Needs two mesh axes or more.
-* ``megatron_fsdp``: Megatron on the last axis, and every weight (and optimizer state)
-  also sharded over the first axis on its largest evenly divisible dim the last axis
-  leaves free (2-D tensor parallel with weight-update sharding: the GSPMD paper's
+* ``megatron_fsdp``: Megatron on the last axis, and every weight Megatron shards (and
+  its optimizer states) also sharded over the first axis on its largest evenly
+  divisible dim the last axis leaves free (the rest replicated, as in Megatron) (2-D tensor parallel with weight-update sharding: the GSPMD paper's
   "2D" layout, FSDP x TP). Needs two mesh axes or more.
 
 Which parameters are data and which are weights is read from the program: the first
@@ -209,7 +209,7 @@ def baselines(module: Module, params: Sequence[Instruction], mesh: Mesh) -> dict
             spec = meg[k]
             free_dims = [d for d in range(len(dims))
                          if spec[d] is None and dims[d] % first_size == 0]
-            if k in data or not free_dims:
+            if k in data or not free_dims or all(d is None for d in spec):
                 two_d[k] = spec
                 continue
             best = max(free_dims, key=lambda d: (dims[d], -d))

@@ -43,7 +43,8 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
 from hlo_spmd.search.candidates import (Spec, attach_outputs, elementwise_bundles, member_key,
                                         output_slots, parameter_candidates, structural_groups)
-from hlo_spmd.search.pricing import Price, Pricer, price_key, price_of, target
+from hlo_spmd.search.pricing import (Price, Pricer, assignment_key, price_key, price_of,
+                                     target)
 
 #: Forward distance (instructions) within which two parameters count as interacting.
 MEET_RADIUS = 2
@@ -168,6 +169,10 @@ def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_f
         annotated = pricer.module()
         apply_shards(annotated, axes, [ShardSpec(target(k), s, target(k))
                                        for k, s in winner.items()])
+        kept = pricer.last_kept
+        if root is None and kept is not None and kept[0] == assignment_key(winner):
+            # already partitioned while pricing (the same shards on the same module)
+            return annotated, kept[1], price_of(kept[2]), kept[2]
         if root is not None:
             annotated.entry.root.sharding = root
         source = copy_module(annotated)
