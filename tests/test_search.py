@@ -69,7 +69,7 @@ def test_constraints_are_kept_and_baselines_reported():
     p0 = got.report["parameters"][0]
     assert p0["spec"] == "model,_" and p0["fixed"]
     assert p0["partition_spec"] == "PartitionSpec('model', None)"
-    assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron"}
+    assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron", "megatron_fsdp"}
     meg = got.report["baselines"]["megatron"]["parameters"]
     assert meg == {"#1": "_,model", "#2": "model,_"}  # column, then row parallel
     # The kept annotation is in the annotated module.
