@@ -9,8 +9,9 @@ integer program (:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices.
    the group of the parameter it is computed from elementwise (an updated weight), or
    in a group of its own.
 2. Starting points: all replicated and the named baselines
-   (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; the best
-   priced one is the incumbent.
+   (:mod:`~hlo_spmd.search.baselines`), each projected onto the groups; rounds run
+   from each of the ``restarts`` best (from the best only on slices), and the best
+   end point wins.
 3. A round, around the incumbent: price every single-group move (unary deltas) and, for
    groups that meet in one op within a few instructions, the pairs of each one's best
    moves (interaction deltas); solve the integer program for its ``top_k`` best
@@ -26,9 +27,10 @@ integer program (:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices.
    ones reported and checked against the memory limit.
 
 Completion fills in every other instruction; no sharding constraints are inserted
-inside the program (the expert annotations of the generated training step owe much of
-their figures to constraints on activations and gradients, which this search does not
-choose).
+inside the program. (The expert annotation of the generated L-layer training step
+constrains activations, gathered weights and gradients, but its parameter and output
+shardings alone give the same program figures: 83,918,852 B moved / 208,412,676 B peak
+at L=2, both ways; the search reaches them from the ``megatron_fsdp`` baseline.)
 """
 from __future__ import annotations
 
