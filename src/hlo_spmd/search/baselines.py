@@ -12,17 +12,16 @@
   the same shape in the same position. Needs two mesh axes or more.
 * ``megatron_fsdp``: Megatron on the last axis, and every weight Megatron shards (and
   its optimizer states) also sharded over the first axis on its largest evenly
-  divisible dim the last axis leaves free (the rest replicated, as in Megatron) (2-D tensor parallel with weight-update sharding: the GSPMD paper's
-  "2D" layout, FSDP x TP). Needs two mesh axes or more.
+  divisible dim the last axis leaves free; the rest replicated, as in Megatron (2-D
+  tensor parallel with weight-update sharding, FSDP x TP). Needs two mesh axes or more.
 
 Which parameters are data and which are weights is read from the program: the first
 dot or convolution a parameter reaches (through converts, copies, bitcasts, reshapes and
 transposes) takes activations as operand 0 and weights as operand 1 (what JAX, PyTorch/XLA
 and TF emit for ``x @ w`` and convolutions); a parameter whose same-shape elementwise
 descendants (a layer norm of it) reach a contraction as operand 0 is data too. A
-parameter that reaches none is data when
-it is an integer array (token ids, labels) or has the data parameters' leading dim, else
-a weight.
+parameter that reaches none is data when it is an integer array (token ids, labels) or
+has the data parameters' leading dim, else a weight.
 """
 from __future__ import annotations
 
