@@ -72,6 +72,9 @@ def test_constraints_are_kept_and_baselines_reported():
     assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron", "megatron_fsdp"}
     meg = got.report["baselines"]["megatron"]["parameters"]
     assert meg == {"#1": "_,model", "#2": "model,_"}  # column, then row parallel
+    # 2-D: Megatron's, with the weights' other dim over the first axis too
+    two_d = got.report["baselines"]["megatron_fsdp"]["parameters"]
+    assert two_d == {"#1": "data,model", "#2": "model,data"}
     # The kept annotation is in the annotated module.
     assert got.annotated.entry.parameters[0].sharding is not None
 
@@ -292,3 +295,27 @@ def test_layer_stack_training_step_meets_the_expert_with_its_constraints(tmp_pat
         np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
     moved = [np.max(np.abs(o - i)) for o, i in zip(want, inputs) if o.shape == i.shape]
     assert moved and min(moved) > 5e-3
+
+
+def test_a_normalized_input_is_data_in_the_baselines():
+    """An input normalized before its first dot (a pre-LN layer's ``x``) is data: its
+    batch dim goes over the data axis in the Megatron baselines (it was taken for a
+    weight and left replicated)."""
+    import jax.numpy as jnp
+
+    from hlo_spmd.annotations.cli_spec import parse_mesh
+    from hlo_spmd.search.baselines import baselines, classify
+
+    def f(x, w):
+        h = (x - jnp.mean(x, axis=-1, keepdims=True)) * 2.0
+        return jnp.tanh(h @ w)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 32), dtype=np.float32),
+            rng.standard_normal((32, 64), dtype=np.float32)]
+    m = hlo_spmd.load(sm._lower(f, args))
+    data, uses = classify(m, m.entry.parameters)
+    assert data == {0} and set(uses) == {1}
+    named = baselines(m, m.entry.parameters, parse_mesh(sm.MESH))
+    assert named["megatron"][0] == ("data", None)
+    assert named["megatron_fsdp"] == {0: ("data", None), 1: ("data", "model")}
