@@ -31,14 +31,15 @@ def path_for(layers: int) -> Path:
     return GENERATED / f"train_step_L{layers}.pb"
 
 
-def generate(layers: int, out_dir: Path = GENERATED) -> Path:
-    """Lower the ``layers``-layer training step on 2x4 and write its HloModuleProto."""
+def generate(layers: int, out_dir: Path = GENERATED, small: bool = False) -> Path:
+    """Lower the ``layers``-layer training step on 2x4 and write its HloModuleProto.
+    ``small``: the fixture's small dims (``TL``: runnable on CPU devices in a test)."""
     sys.path.insert(0, str(ROOT / "fixtures"))
     import generate as fx  # noqa: E402  (sets the 8 host devices before importing jax)
 
     jax, jnp, P = fx.jax, fx.jnp, fx.P
     jax.config.update("jax_use_shardy_partitioner", False)  # classic sharding= (GSPMD)
-    tl = fx.TL_SCALE
+    tl = fx.TL if small else fx.TL_SCALE
     mesh = fx.make_mesh((2, 4), ("data", "model"))
     B, S, D = tl["B"], tl["S"], tl["D"]
     lr, b1, b2, eps = 1e-2, 0.9, 0.99, 1e-6

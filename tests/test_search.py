@@ -69,9 +69,12 @@ def test_constraints_are_kept_and_baselines_reported():
     p0 = got.report["parameters"][0]
     assert p0["spec"] == "model,_" and p0["fixed"]
     assert p0["partition_spec"] == "PartitionSpec('model', None)"
-    assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron"}
+    assert set(got.report["baselines"]) == {"data_parallel", "fsdp", "megatron", "megatron_fsdp"}
     meg = got.report["baselines"]["megatron"]["parameters"]
     assert meg == {"#1": "_,model", "#2": "model,_"}  # column, then row parallel
+    # 2-D: Megatron's, with the weights' other dim over the first axis too
+    two_d = got.report["baselines"]["megatron_fsdp"]["parameters"]
+    assert two_d == {"#1": "data,model", "#2": "model,data"}
     # The kept annotation is in the annotated module.
     assert got.annotated.entry.parameters[0].sharding is not None
 
@@ -173,7 +176,8 @@ def test_cli_search_impossible_budget_and_bad_size(tmp_path):
 # Held-out models: fixtures annotated by their authors (JAX exports), stripped of every
 # annotation and searched on their own mesh with their own program's peak as budget
 # (figures for all of them: benchmarks/bench_search_heldout.py).
-HELD_OUT = ["mlp_2d_megatron", pytest.param("moe_einsum", marks=pytest.mark.slow)]
+HELD_OUT = ["mlp_2d_megatron", "layernorm_batch_norm_train_step",
+            pytest.param("moe_einsum", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("name", HELD_OUT)
@@ -183,8 +187,11 @@ def test_held_out_fixture_stripped_and_searched(name):
     from hlo_spmd.search.heldout import strip_annotations
 
     hlo_dir = Path(__file__).resolve().parent.parent / "fixtures" / "hlo"
+    if not (hlo_dir / f"{name}.json").exists():
+        hlo_dir = hlo_dir / "handwritten"
     meta = json.loads((hlo_dir / f"{name}.json").read_text())
-    src = (hlo_dir / f"{name}.pb").read_bytes()
+    pb = hlo_dir / f"{name}.pb"
+    src = pb.read_bytes() if pb.exists() else (hlo_dir / f"{name}.hlo").read_text()
     mesh = ",".join(f"{a}={n}" for a, n in meta["mesh"]["axes"].items())
     expert = price_of(hlo_spmd.partition(src))
     plain = strip_annotations(hlo_spmd.load(src))
@@ -242,3 +249,73 @@ def test_layers_returned_in_a_tuple_still_share_one_decision():
     m = hlo_spmd.load(sm._lower(f, args))
     groups = structural_groups(m, m.entry.parameters[1:])
     assert max(len(g) for g in groups) >= 3
+
+
+@pytest.mark.slow  # (~1 min of search and ~40 s of running on 8 devices, loaded machine)
+def test_layer_stack_training_step_meets_the_expert_with_its_constraints(tmp_path):
+    """The 2-layer transformer training step of ``benchmarks/gen_train_step.py`` (Adam-like
+    update, small dims): the expert annotation shards weights and optimizer states on
+    data x model and constrains activations, gathered weights and gradients inside the
+    program. Stripped of all of it, the search (slice pricing: the module is large for
+    whole-module moves) fits the expert's peak, moves no more bytes, and runs right."""
+    import sys
+    from pathlib import Path
+
+    import jax
+
+    from hlo_spmd.search.heldout import strip_annotations
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import gen_train_step as gen
+
+    old = jax.config.jax_use_shardy_partitioner
+    try:
+        src = gen.generate(2, tmp_path, small=True).read_bytes()
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
+    annotated = hlo_spmd.load(src)
+    assert sum(i.custom_call_target == "Sharding" for i in annotated.entry.instructions
+               if i.opcode == "custom-call") > 50  # the expert's constraints
+    expert = price_of(hlo_spmd.partition(src))
+    plain = strip_annotations(annotated)
+    got = hlo_spmd.search(plain, mesh=sm.MESH, memory_limit=expert.peak)
+    assert got.report["search"]["pricing"] == "slices"
+    real = price_of(got.partition)
+    assert real.peak <= expert.peak and real.bytes <= expert.bytes
+    again = hlo_spmd.partition(hlo_spmd.load(module_bytes(got.annotated)))
+    assert again.serialize() == got.partition.serialize()
+    rng = np.random.default_rng(0)
+    # (all positive: the second-moment states are under a square root)
+    inputs = [np.abs(rng.standard_normal(p.shape.dims) * 0.3).astype(np.float32)
+              for p in plain.entry.parameters]
+    want = run_unpartitioned(module_bytes(plain), inputs)
+    outs = run_partitioned(got.partition.serialize(), inputs, 8, poison_padding=True)
+    assert len(outs) == len(want)
+    for a, b in zip(outs, want):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
+    moved = [np.max(np.abs(o - i)) for o, i in zip(want, inputs) if o.shape == i.shape]
+    assert moved and min(moved) > 5e-3
+
+
+def test_a_normalized_input_is_data_in_the_baselines():
+    """An input normalized before its first dot (a pre-LN layer's ``x``) is data: its
+    batch dim goes over the data axis in the Megatron baselines (it was taken for a
+    weight and left replicated)."""
+    import jax.numpy as jnp
+
+    from hlo_spmd.annotations.cli_spec import parse_mesh
+    from hlo_spmd.search.baselines import baselines, classify
+
+    def f(x, w):
+        h = (x - jnp.mean(x, axis=-1, keepdims=True)) * 2.0
+        return jnp.tanh(h @ w)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 32), dtype=np.float32),
+            rng.standard_normal((32, 64), dtype=np.float32)]
+    m = hlo_spmd.load(sm._lower(f, args))
+    data, uses = classify(m, m.entry.parameters)
+    assert data == {0} and set(uses) == {1}
+    named = baselines(m, m.entry.parameters, parse_mesh(sm.MESH))
+    assert named["megatron"][0] == ("data", None)
+    assert named["megatron_fsdp"] == {0: ("data", None), 1: ("data", "model")}

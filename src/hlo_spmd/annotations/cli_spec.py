@@ -139,12 +139,16 @@ def spec_sharding(mesh: Mesh, dims: Sequence[DimSpec], rank: int, where: str) ->
         raise SpecError(f"{where}: {e.message if hasattr(e, 'message') else e}") from None
 
 
-def _resolve(module: "Module", target: str, where: str) -> tuple["Instruction", int | None]:
+def _resolve(module: "Module", target: str, where: str,
+             params: "dict[int, Instruction] | None" = None) -> tuple["Instruction", int | None]:
+    """``params``: the entry parameters by number, when the caller resolves many targets
+    (listing them scans the whole entry computation)."""
     entry = module.entry
     m = re.fullmatch(r"#(\d+)", target)
     if m:
         k = int(m.group(1))
-        params = {p.parameter_number: p for p in entry.parameters}
+        if params is None:
+            params = {p.parameter_number: p for p in entry.parameters}
         if k not in params:
             raise SpecError(f"{where}: the entry computation has no parameter {k} "
                             f"(it has {len(params)})")
@@ -171,9 +175,11 @@ def apply_shards(module: "Module", mesh: Mesh | None, shards: Sequence[ShardSpec
     if shards and mesh is None:
         raise SpecError("--shard needs --mesh (or a Shardy mesh in the module)")
     tuple_parts: dict[int, tuple["Instruction", dict[int, "HloSharding"]]] = {}
+    params = ({p.parameter_number: p for p in module.entry.parameters}
+              if shards and module.entry is not None else None)
     for spec in shards:
         where = f"--shard {spec.text!r}"
-        inst, k = _resolve(module, spec.target, where)
+        inst, k = _resolve(module, spec.target, where, params)
         shape = inst.shape.tuple_shapes[k] if k is not None else inst.shape
         if not shape.is_array:
             raise SpecError(f"{where}: {inst.name} is a tuple or token; "

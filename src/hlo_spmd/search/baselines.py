@@ -10,13 +10,18 @@
   row-parallel (a contracting dim) along the chain of weight dots, as Megatron-LM does;
   a weight that feeds no dot (an optimizer state) copies the spec of the dot weight of
   the same shape in the same position. Needs two mesh axes or more.
+* ``megatron_fsdp``: Megatron on the last axis, and every weight Megatron shards (and
+  its optimizer states) also sharded over the first axis on its largest evenly
+  divisible dim the last axis leaves free; the rest replicated, as in Megatron (2-D
+  tensor parallel with weight-update sharding, FSDP x TP). Needs two mesh axes or more.
 
 Which parameters are data and which are weights is read from the program: the first
 dot or convolution a parameter reaches (through converts, copies, bitcasts, reshapes and
 transposes) takes activations as operand 0 and weights as operand 1 (what JAX, PyTorch/XLA
-and TF emit for ``x @ w`` and convolutions). A parameter that reaches none is data when
-it is an integer array (token ids, labels) or has the data parameters' leading dim, else
-a weight.
+and TF emit for ``x @ w`` and convolutions); a parameter whose same-shape elementwise
+descendants (a layer norm of it) reach a contraction as operand 0 is data too. A
+parameter that reaches none is data when it is an integer array (token ids, labels) or
+has the data parameters' leading dim, else a weight.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from collections.abc import Sequence
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import CONTRACTIONS
+from hlo_spmd.ir.opcodes import CONTRACTIONS, is_elementwise
 from hlo_spmd.ir.primitive_types import is_integral
 from hlo_spmd.search.candidates import Mesh, Spec, replicated
 
@@ -74,6 +79,11 @@ def classify(module: Module, params: Sequence[Instruction]) -> tuple[set[int], d
     depth: dict[Instruction, int] = {}
     role: dict[int, str] = {}
     uses: dict[int, _Use] = {}
+    # value -> parameter it is computed from by same-shape elementwise ops (a layer
+    # norm of the input): such a value reaching a contraction as activations makes its
+    # parameter data; it never makes a weight (a gradient computed from the labels
+    # reaches the weight-gradient dots as operand 1).
+    flow: dict[Instruction, Instruction] = {p: p for p in comp.parameters}
     for inst in comp.instructions:
         d_in = max((depth.get(o, 0) for o in inst.operands), default=0)
         depth[inst] = d_in
@@ -81,8 +91,18 @@ def classify(module: Module, params: Sequence[Instruction]) -> tuple[set[int], d
             p, same = origin[inst.operands[0]]
             origin[inst] = (p, same and inst.opcode in _SAME_DIMS)
             continue
+        if is_elementwise(inst.opcode) or inst.opcode in _TRANSPARENT:
+            src_p = next((flow[o] for o in inst.operands
+                          if o in flow and o.shape.dims == inst.shape.dims), None)
+            if src_p is not None:
+                flow[inst] = src_p
+            continue
         if inst.opcode not in CONTRACTIONS or len(inst.operands) != 2:
             continue
+        lhs = flow.get(inst.operands[0])
+        if lhs is not None and lhs.parameter_number not in role and \
+                inst.operands[0] not in origin:
+            role[lhs.parameter_number] = "data"
         weight_dot = False
         for k in (0, 1):
             src = origin.get(inst.operands[k])
@@ -181,6 +201,19 @@ def baselines(module: Module, params: Sequence[Instruction], mesh: Mesh) -> dict
             else:
                 meg[k] = replicated(len(dims))
         out["megatron"] = meg
+        first_size = mesh[0][1]
+        two_d: dict[int, Spec] = {}
+        for p in params:
+            k, dims = p.parameter_number, p.shape.dims
+            spec = meg[k]
+            free_dims = [d for d in range(len(dims))
+                         if spec[d] is None and dims[d] % first_size == 0]
+            if k in data or not free_dims or all(d is None for d in spec):
+                two_d[k] = spec
+                continue
+            best = max(free_dims, key=lambda d: (dims[d], -d))
+            two_d[k] = tuple(first if d == best else spec[d] for d in range(len(dims)))
+        out["megatron_fsdp"] = two_d
     return out
 
 

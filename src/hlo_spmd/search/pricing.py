@@ -82,6 +82,10 @@ class Pricer:
         #: assignment key -> (instruction name -> sharding after completion), for the
         #: assignments priced with ``keep`` (the local pricer pins slice borders to them)
         self.kept: dict[tuple, dict[str, object]] = {}
+        #: (assignment key, completed source, api.PartitionResult) of the last assignment
+        #: priced with ``keep``: the search's final program when the incumbent wins,
+        #: so a large module is not partitioned once more for it
+        self.last_kept: tuple | None = None
 
     def module(self):
         from hlo_spmd.api import load
@@ -109,6 +113,7 @@ class Pricer:
             got: Price | None = price_of(result)
             if keep:
                 self.kept[key] = {i.name: i.sharding for i in source.entry.instructions}
+                self.last_kept = (key, source, result)
         except HloSpmdError:
             got = None  # a candidate the partitioner rejects is simply not a choice
         self.cache[key] = got
