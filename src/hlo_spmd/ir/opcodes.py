@@ -75,8 +75,9 @@ from typing import Any
 #: slice-size-pairs  its slice_sizes attribute is one list per source-target pair
 #:               (dynamic_slice_sizes), not gather's one list
 #: stage-*       an async wrapper's place in its chain: start, update or done
-#: builder-attrs an elementwise op whose Builder method takes more than operands (no
-#:               generated ``b.<op>(x)`` / ``b.<op>(x, y)``)
+#: builder-attrs an elementwise op whose result needs more than its operands (a result
+#:               type, a direction, bit counts): the Builder generates no operands-only
+#:               ``b.<op>(x)`` / ``b.<op>(x, y)`` for it
 #: sdy-attr      XLA's Shardy import honours an ``xla.sdy.sharding`` attribute on it
 #:               (elsewhere the attribute is dropped: XLA passes copy frontend attributes
 #:               onto new instructions where the sharding no longer fits)
