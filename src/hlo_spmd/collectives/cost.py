@@ -33,14 +33,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import ASYNC_STARTS, COST_FORMULA, COST_KINDS
+from hlo_spmd.ir.opcodes import ASYNC_STARTS, COST_FORMULA, COST_KINDS, async_pair
 from hlo_spmd.ir.shape import Shape
 
 #: The collective kinds reported, in report order.
 COLLECTIVE_KINDS = COST_KINDS
 
-_ASYNC_STARTS = {"all-reduce-start": "all-reduce", "all-gather-start": "all-gather",
-                 "collective-permute-start": "collective-permute"}
+#: The start half of each kind's asynchronous form -> the kind.
+_ASYNC_STARTS = {pair[0]: kind for kind in COLLECTIVE_KINDS
+                 if (pair := async_pair(kind)) is not None}
 
 
 def collective_kind(inst: Instruction) -> str | None:

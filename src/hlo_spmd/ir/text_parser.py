@@ -48,7 +48,10 @@ def _is_known_opcode(op: str) -> bool:
     return op in XLA_OPCODES or _opcodes.is_known(op)
 
 
-_ASYNC_SUGAR = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
+# ``op-start`` / ``op-update`` / ``op-done``: the async wrapper of each stage (no two
+# suffixes end one name, so their order does not matter).
+_ASYNC_SUGAR = tuple(("-" + _opcodes.traits(op).async_stage, op)
+                     for op in sorted(_opcodes.ASYNC_WRAPPERS))
 # Text syntax of the leaves whose value is written in the instruction (a literal, a
 # parameter number): they take no operands, are never async-wrapped and have no shape to
 # infer.
