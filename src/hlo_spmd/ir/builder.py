@@ -813,8 +813,8 @@ def _make_binary(opcode: str):
 
 
 #: Opcodes with a generated ``b.<name>(x)`` / ``b.<name>(x, y)`` method ('-' -> '_',
-#: Python keywords get a trailing '_': ``b.and_``, ``b.not_``); ops whose method takes
-#: more than operands (the table's ``builder-attrs``) have their own.
+#: Python keywords get a trailing '_': ``b.and_``, ``b.not_``); ops whose result needs more
+#: than operands (the table's ``builder-attrs``) get none.
 UNARY_OPCODES = tuple(sorted(ELEMENTWISE_UNARY - BUILDER_TAKES_ATTRS))
 BINARY_OPCODES = tuple(sorted(ELEMENTWISE_BINARY - BUILDER_TAKES_ATTRS))
 for _op in UNARY_OPCODES:

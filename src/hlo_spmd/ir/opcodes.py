@@ -60,8 +60,8 @@ from typing import Any
 #:               target decides; a get-tuple-element reads one leaf of a mixed tuple)
 #: combined      collectives the combiner merges (XLA's AllReduce / AllGather /
 #:               ReduceScatter combiners)
-#: tidy-*        tidy's rewrites that start from this opcode (a computation holding
-#:               none of a rewrite's opcodes is skipped): reassociate (all-reduces
+#: tidy-*        tidy's rewrites that start from this opcode (a computation lacking
+#:               one of a rewrite's opcodes is skipped by it): reassociate (all-reduces
 #:               through an op), sink-slices (dynamic-slices through a transpose),
 #:               reduce-scatter (an all-reduce cut to one part), fold-slice (an
 #:               all-gather cut to its own part)
