@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from hlo_spmd.annotations import sdy
 from hlo_spmd.errors import ShardingError
+from hlo_spmd.ir.opcodes import SDY_SHARDING_ATTR
 from hlo_spmd.records import Record
 
 if TYPE_CHECKING:
@@ -66,10 +67,11 @@ ATTR_TUPLE_RESULTS = "xla.sdy.tuple_results_shardings"
 MANUAL_BODY_PREFIXES = ("xla.sdy.manual_computation_body",
                         "xla.sdy.inlinable_manual_computation_body")
 
-# Where XLA's Shardy import honours an ``xla.sdy.sharding`` attribute; elsewhere it is
-# dropped, because XLA passes copy frontend attributes onto new instructions (e.g. the
-# get-tuple-elements of a callback) where the sharding no longer fits.
-SDY_SHARDING_OPCODES = ("parameter", "send", "recv", "after-all")
+# Where XLA's Shardy import honours an ``xla.sdy.sharding`` attribute (the table's
+# ``sdy-attr``); elsewhere it is dropped, because XLA passes copy frontend attributes onto
+# new instructions (e.g. the get-tuple-elements of a callback) where the sharding no
+# longer fits.
+SDY_SHARDING_OPCODES = SDY_SHARDING_ATTR
 PYTHON_CALLBACK_TARGETS = ("xla_python_cpu_callback", "xla_ffi_python_cpu_callback",
                            "xla_python_gpu_callback", "xla_ffi_python_gpu_callback")
 

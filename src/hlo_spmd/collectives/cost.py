@@ -33,15 +33,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import ASYNC_STARTS
+from hlo_spmd.ir.opcodes import ASYNC_STARTS, COST_FORMULA, COST_KINDS, async_pair
 from hlo_spmd.ir.shape import Shape
 
 #: The collective kinds reported, in report order.
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                    "collective-permute")
+COLLECTIVE_KINDS = COST_KINDS
 
-_ASYNC_STARTS = {"all-reduce-start": "all-reduce", "all-gather-start": "all-gather",
-                 "collective-permute-start": "collective-permute"}
+#: The start half of each kind's asynchronous form -> the kind.
+_ASYNC_STARTS = {pair[0]: kind for kind in COLLECTIVE_KINDS
+                 if (pair := async_pair(kind)) is not None}
 
 
 def collective_kind(inst: Instruction) -> str | None:
@@ -129,17 +129,18 @@ def _operand_and_result_bytes(inst: Instruction, kind: str) -> tuple[int, int]:
 
 
 def bytes_per_device(kind: str, operand_bytes: float, result_bytes: float, g: int) -> float:
-    """The formula of the module docstring."""
-    if kind == "collective-permute":
+    """The formula of the module docstring (the kind's ``cost-*`` trait)."""
+    formula = COST_FORMULA.get(kind)
+    if formula == "sent":
         return float(operand_bytes)
     if g <= 1:
         return 0.0
     frac = (g - 1) / g
-    if kind == "all-reduce":
+    if formula == "ring":
         return 2.0 * frac * operand_bytes
-    if kind == "all-gather":
+    if formula == "gathered":
         return frac * result_bytes
-    if kind in ("reduce-scatter", "all-to-all"):
+    if formula in ("scattered", "exchanged"):
         return frac * operand_bytes
     raise ValueError(f"not a collective kind: {kind}")
 

@@ -28,7 +28,7 @@ import numpy as np
 from hlo_spmd.errors import VerifierError
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
+from hlo_spmd.ir.opcodes import BUILDER_TAKES_ATTRS, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 from hlo_spmd.ir.primitive_types import (
     FLOATING,
     SIGNED_INTEGRAL,
@@ -813,10 +813,10 @@ def _make_binary(opcode: str):
 
 
 #: Opcodes with a generated ``b.<name>(x)`` / ``b.<name>(x, y)`` method ('-' -> '_',
-#: Python keywords get a trailing '_': ``b.and_``, ``b.not_``).
-UNARY_OPCODES = tuple(sorted(ELEMENTWISE_UNARY - {"convert", "bitcast-convert",
-                                                  "reduce-precision"}))
-BINARY_OPCODES = tuple(sorted(ELEMENTWISE_BINARY - {"compare", "stochastic-convert"}))
+#: Python keywords get a trailing '_': ``b.and_``, ``b.not_``); ops whose result needs more
+#: than operands (the table's ``builder-attrs``) get none.
+UNARY_OPCODES = tuple(sorted(ELEMENTWISE_UNARY - BUILDER_TAKES_ATTRS))
+BINARY_OPCODES = tuple(sorted(ELEMENTWISE_BINARY - BUILDER_TAKES_ATTRS))
 for _op in UNARY_OPCODES:
     setattr(Builder, _method_name(_op), _make_unary(_op))
 for _alias, _op in XLA_SPELLING.items():

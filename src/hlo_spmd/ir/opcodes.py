@@ -45,11 +45,63 @@ from typing import Any
 #: follows-first PickRepresentativeOperand: the result follows operand 0
 #: follows-finest PickRepresentativeOperand: the result follows its most specific operand
 #:               (as elementwise ops do)
+#: users-only    gets its sharding from its users only (no operand to follow)
+#: computation-sync  its sharding is kept equal to a called or calling computation's
+#:               (parameters and roots)
+#: manual-tuple  a tuple result may take a manual sharding forward from an operand
+#:               (variadic reduce / sort / reduce-window; other tuples may not)
+#: manual-late   takes a manual sharding forward only at aggressiveness >= 1
+#: fed-in        a value fed into a computation (a parameter, or an element read from a
+#:               tuple): concatenate's level-0 forward rule accepts only reshapes of these
+#: elementwise-per-instruction  elementwise or not as the instruction decides
+#:               (bitcast-convert: the widths; custom-call: the target), never by opcode
+#: Partitioner:
+#: manual-own-handler  keeps its own handler inside a manual region (a custom-call's
+#:               target decides; a get-tuple-element reads one leaf of a mixed tuple)
+#: combined      collectives the combiner merges (XLA's AllReduce / AllGather /
+#:               ReduceScatter combiners)
+#: tidy-*        tidy's rewrites that start from this opcode (a computation lacking
+#:               one of a rewrite's opcodes is skipped by it): reassociate (all-reduces
+#:               through an op), sink-slices (dynamic-slices through a transpose),
+#:               reduce-scatter (an all-reduce cut to one part), fold-slice (an
+#:               all-gather cut to its own part)
+#: cost-*        collectives/cost.py's bytes per device, g = group size (the kinds are
+#:               reported in the order of ``COST_FORMULAS``): ring 2(g-1)/g x operand,
+#:               gathered (g-1)/g x result, scattered (g-1)/g x operand, exchanged
+#:               (g-1)/g x operand, sent the operand
+#: Text syntax and builder:
+#: value-leaf    its value is written in the instruction (a literal, a parameter number):
+#:               no operands, never async-wrapped, no shape to infer
+#: slice-size-pairs  its slice_sizes attribute is one list per source-target pair
+#:               (dynamic_slice_sizes), not gather's one list
+#: stage-*       an async wrapper's place in its chain: start, update or done
+#: builder-attrs an elementwise op whose result needs more than its operands (a result
+#:               type, a direction, bit counts): the Builder generates no operands-only
+#:               ``b.<op>(x)`` / ``b.<op>(x, y)`` for it
+#: sdy-attr      XLA's Shardy import honours an ``xla.sdy.sharding`` attribute on it
+#:               (elsewhere the attribute is dropped: XLA passes copy frontend attributes
+#:               onto new instructions where the sharding no longer fits)
+#: Checks and search:
+#: window-sums   its sums are as deep as its window (verify's tolerance)
+#: weight-*      search baselines follow a weight through it to its contraction:
+#:               same-dims (the result's dims are the operand's), moves-dims (a
+#:               reshape / transpose: the weight's dims are no longer known)
 _WORDS = frozenset({"newer", "device-id", "elementwise", "side-effect", "no-buffer", "collective", "start", "done",
                     "async", "control-flow", "applies", "to-apply", "accuracy", "linear",
                     "reducer", "idempotent", "global-ids", "contraction", "declared-shape",
                     "declared-type", "declared-dims", "declared-optional", "spatial",
-                    "pass-through", "follows-first", "follows-finest"})
+                    "pass-through", "follows-first", "follows-finest", "users-only",
+                    "computation-sync", "manual-tuple", "manual-late", "fed-in",
+                    "elementwise-per-instruction", "manual-own-handler", "combined",
+                    "tidy-reassociate", "tidy-sink-slices", "tidy-reduce-scatter",
+                    "tidy-fold-slice", "cost-ring", "cost-gathered", "cost-scattered",
+                    "cost-exchanged", "cost-sent", "value-leaf", "slice-size-pairs",
+                    "stage-start", "stage-update", "stage-done", "builder-attrs",
+                    "sdy-attr", "window-sums", "weight-same-dims", "weight-moves-dims"})
+#: The formulas of the ``cost-*`` words, in the order collectives/cost.py reports the
+#: kinds that use them.
+COST_FORMULAS = ("ring", "gathered", "scattered", "exchanged", "sent")
+_TIDY_REWRITES = ("reassociate", "sink-slices", "reduce-scatter", "fold-slice")
 
 # opcode: (arity as hlo_opcode.h spells it for jaxlib 0.10.2, None = variadic; traits).
 # Names exactly as XLA spells them: "sine", "cosine", "count-leading-zeros", "opt-barrier".
@@ -60,58 +112,58 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "acosh":                    (1, "elementwise accuracy"),
     "add":                      (2, "elementwise linear reducer"),
     "add-dependency":           (2, "no-buffer"),
-    "after-all":                (None, "no-buffer"),
-    "all-gather":               (None, "collective global-ids follows-finest declared-optional"),
+    "after-all":                (None, "no-buffer sdy-attr"),
+    "all-gather":               (None, "collective global-ids follows-finest declared-optional cost-gathered combined tidy-fold-slice"),
     "all-gather-done":          (1, "side-effect collective done"),
     "all-gather-start":         (None, "side-effect collective start global-ids declared-optional"),
-    "all-reduce":               (None, "collective to-apply global-ids spatial follows-finest"),
+    "all-reduce":               (None, "collective to-apply global-ids spatial follows-finest cost-ring combined tidy-reassociate tidy-sink-slices tidy-reduce-scatter"),
     "all-reduce-done":          (1, "side-effect collective done"),
     "all-reduce-start":         (None, "side-effect collective to-apply start global-ids"),
-    "all-to-all":               (None, "collective follows-finest"),
+    "all-to-all":               (None, "collective follows-finest cost-exchanged"),
     "and":                      (2, "elementwise reducer idempotent"),
     "asin":                     (1, "elementwise accuracy"),
     "asinh":                    (1, "elementwise accuracy"),
-    "async-done":               (1, "async declared-shape"),
-    "async-start":              (None, "async declared-shape"),
-    "async-update":             (1, "async declared-shape"),
+    "async-done":               (1, "async declared-shape stage-done"),
+    "async-start":              (None, "async declared-shape stage-start"),
+    "async-update":             (1, "async declared-shape stage-update"),
     "atan":                     (1, "elementwise newer"),
     "atan2":                    (2, "elementwise"),
     "atanh":                    (1, "elementwise accuracy"),
     "batch-norm-grad":          (5, "spatial"),
     "batch-norm-inference":     (5, "spatial"),
     "batch-norm-training":      (3, "spatial"),
-    "bitcast":                  (1, "no-buffer linear declared-shape"),
-    "bitcast-convert":          (1, "elementwise declared-type"),
+    "bitcast":                  (1, "no-buffer linear declared-shape weight-moves-dims"),
+    "bitcast-convert":          (1, "elementwise declared-type builder-attrs weight-same-dims elementwise-per-instruction"),
     "broadcast":                (1, "linear spatial declared-dims"),
-    "call":                     (None, "control-flow to-apply pass-through"),
+    "call":                     (None, "control-flow to-apply pass-through computation-sync"),
     "cbrt":                     (1, "elementwise accuracy"),
     "ceil":                     (1, "elementwise"),
     "cholesky":                 (1, ""),
     "clamp":                    (3, "elementwise"),
     "collective-broadcast":     (None, "collective follows-finest"),
-    "collective-permute":       (None, "collective spatial follows-finest"),
+    "collective-permute":       (None, "collective spatial follows-finest cost-sent slice-size-pairs"),
     "collective-permute-done":  (1, "side-effect collective done"),
-    "collective-permute-start": (None, "side-effect collective start declared-shape"),
+    "collective-permute-start": (None, "side-effect collective start declared-shape slice-size-pairs"),
     "collective-reduce":        (None, "collective to-apply newer declared-shape"),
-    "compare":                  (2, "elementwise"),
+    "compare":                  (2, "elementwise builder-attrs"),
     "complex":                  (2, "elementwise"),
-    "concatenate":              (None, "linear spatial pass-through follows-finest"),
-    "conditional":              (None, "control-flow spatial"),
-    "constant":                 (0, "spatial declared-optional"),
-    "convert":                  (1, "elementwise declared-type"),
+    "concatenate":              (None, "linear spatial pass-through follows-finest manual-late"),
+    "conditional":              (None, "control-flow spatial computation-sync"),
+    "constant":                 (0, "spatial declared-optional value-leaf users-only"),
+    "convert":                  (1, "elementwise declared-type builder-attrs weight-same-dims"),
     "convolution":              (None, "spatial contraction declared-optional"),
-    "copy":                     (1, "elementwise linear pass-through"),
+    "copy":                     (1, "elementwise linear pass-through weight-same-dims"),
     "copy-done":                (1, "done"),
     "copy-start":               (1, "start declared-shape"),
     "cosh":                     (1, "elementwise accuracy"),
     "cosine":                   (1, "elementwise accuracy"),
     "count-leading-zeros":      (1, "elementwise"),
-    "custom-call":              (None, "linear declared-shape"),
+    "custom-call":              (None, "linear declared-shape manual-own-handler elementwise-per-instruction"),
     "divide":                   (2, "elementwise"),
     "domain":                   (1, ""),
     "dot":                      (None, "linear spatial contraction declared-optional"),
     "dynamic-reshape":          (None, "declared-shape"),
-    "dynamic-slice":            (None, "spatial pass-through"),
+    "dynamic-slice":            (None, "spatial pass-through tidy-sink-slices tidy-reduce-scatter tidy-fold-slice manual-late"),
     "dynamic-update-slice":     (None, "spatial pass-through"),
     "erf":                      (1, "elementwise accuracy"),
     "exponential":              (1, "elementwise accuracy"),
@@ -121,10 +173,10 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "fusion":                   (None, ""),
     "gather":                   (2, "spatial"),
     "get-dimension-size":       (1, ""),
-    "get-tuple-element":        (1, "no-buffer linear spatial pass-through"),
+    "get-tuple-element":        (1, "no-buffer linear spatial pass-through manual-own-handler fed-in"),
     "imag":                     (1, "elementwise"),
-    "infeed":                   (1, "side-effect spatial declared-shape"),
-    "iota":                     (0, "spatial declared-shape"),
+    "infeed":                   (1, "side-effect spatial declared-shape users-only"),
+    "iota":                     (0, "spatial declared-shape users-only"),
     "is-finite":                (1, "elementwise"),
     "log":                      (1, "elementwise accuracy"),
     "log-plus-one":             (1, "elementwise accuracy"),
@@ -140,22 +192,22 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "or":                       (2, "elementwise reducer idempotent"),
     "outfeed":                  (2, "side-effect"),
     "pad":                      (2, "spatial follows-first"),
-    "parameter":                (0, "declared-shape"),
+    "parameter":                (0, "declared-shape sdy-attr value-leaf computation-sync fed-in"),
     "partition-id":             (0, "device-id"),
     "popcnt":                   (1, "elementwise"),
     "power":                    (2, "elementwise follows-first"),
     "ragged-all-to-all":        (None, "collective follows-first"),
     "ragged-dot":               (3, "declared-optional"),
     "real":                     (1, "elementwise"),
-    "recv":                     (1, "side-effect declared-shape"),
+    "recv":                     (1, "side-effect declared-shape sdy-attr"),
     "recv-done":                (1, "side-effect declared-shape"),
-    "reduce":                   (None, "applies to-apply spatial"),
-    "reduce-precision":         (1, "elementwise"),
-    "reduce-scatter":           (None, "collective to-apply global-ids spatial follows-finest declared-optional"),
-    "reduce-window":            (None, "applies to-apply spatial"),
+    "reduce":                   (None, "applies to-apply spatial manual-tuple"),
+    "reduce-precision":         (1, "elementwise builder-attrs"),
+    "reduce-scatter":           (None, "collective to-apply global-ids spatial follows-finest declared-optional cost-scattered combined"),
+    "reduce-window":            (None, "applies to-apply spatial manual-tuple window-sums"),
     "remainder":                (2, "elementwise"),
     "replica-id":               (0, "device-id"),
-    "reshape":                  (1, "linear spatial pass-through declared-dims"),
+    "reshape":                  (1, "linear spatial pass-through declared-dims weight-moves-dims"),
     "reverse":                  (1, "linear spatial follows-first"),
     "rng":                      (None, "side-effect declared-shape"),
     "rng-bit-generator":        (1, "spatial declared-shape"),
@@ -167,8 +219,8 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "scan":                     (None, "to-apply declared-shape"),
     "scatter":                  (None, "applies to-apply spatial"),
     "select":                   (3, "elementwise"),
-    "select-and-scatter":       (3, "applies spatial"),
-    "send":                     (2, "side-effect declared-shape"),
+    "select-and-scatter":       (3, "applies spatial window-sums"),
+    "send":                     (2, "side-effect declared-shape sdy-attr"),
     "send-done":                (1, "side-effect"),
     "set-dimension-size":       (2, ""),
     "shift-left":               (2, "elementwise follows-first"),
@@ -179,17 +231,17 @@ _TABLE: dict[str, tuple[int | None, str]] = {
     "sine":                     (1, "elementwise accuracy"),
     "sinh":                     (1, "elementwise accuracy"),
     "slice":                    (1, "linear spatial follows-first"),
-    "sort":                     (None, "applies to-apply spatial follows-finest"),
+    "sort":                     (None, "applies to-apply spatial follows-finest manual-tuple"),
     "sqrt":                     (1, "elementwise accuracy"),
-    "stochastic-convert":       (2, "elementwise declared-type"),
+    "stochastic-convert":       (2, "elementwise declared-type builder-attrs"),
     "subtract":                 (2, "elementwise linear"),
     "tan":                      (1, "elementwise accuracy"),
     "tanh":                     (1, "elementwise accuracy"),
     "topk":                     (1, "spatial follows-finest"),
-    "transpose":                (1, "linear spatial pass-through"),
+    "transpose":                (1, "linear spatial pass-through tidy-sink-slices weight-moves-dims"),
     "triangular-solve":         (2, ""),
     "tuple":                    (None, "no-buffer linear spatial pass-through"),
-    "while":                    (1, "control-flow spatial pass-through follows-finest"),
+    "while":                    (1, "control-flow spatial pass-through follows-finest computation-sync"),
     "xor":                      (2, "elementwise reducer"),
 }
 
@@ -198,6 +250,11 @@ _TABLE: dict[str, tuple[int | None, str]] = {
 #: operands, block scales and sparsity metadata, named by block_scaling_config /
 #: sparsity_config.)
 _VERIFIER_OPERANDS: dict[str, int] = {"ragged-all-to-all": 6}
+
+#: Text syntax: the attributes naming an op's called computations, in the order the proto
+#: lists them (where they are not ``to_apply`` / ``calls``).
+_CALLED_ATTRS: dict[str, tuple[str, ...]] = {"while": ("body", "condition"),
+                                             "select-and-scatter": ("select", "scatter")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +287,24 @@ class OpcodeTraits:
     pass_through: bool         # propagation: passes shardings through at every level
     representative: str        # propagation: the operand the result follows, "first",
                                # "finest" or "" (see PickRepresentativeOperand)
+    sharded_from_users: bool   # propagation: no operand to follow
+    computation_sync: bool     # propagation: synced with a called / calling computation
+    manual_tuple_forward: bool  # propagation: a tuple result may turn manual forward
+    manual_forward_late: bool  # propagation: manual forward only at aggressiveness >= 1
+    fed_in: bool               # propagation: a value fed into a computation
+    elementwise_per_instruction: bool  # elementwise as the instruction decides
+    manual_own_handler: bool   # partitioner: own handler inside a manual region
+    combinable: bool           # partitioner: the combiner merges these collectives
+    tidy_rewrites: frozenset[str]  # partitioner: tidy's rewrites starting from it
+    cost_formula: str          # collectives/cost.py: one of COST_FORMULAS, or ""
+    value_leaf: bool           # text syntax: value written in the instruction
+    slice_sizes_per_pair: bool  # text syntax: slice_sizes is a list of lists
+    async_stage: str           # text syntax: "start", "update", "done" or ""
+    called_attrs: tuple[str, ...]  # text syntax: attributes naming called computations
+    builder_takes_attrs: bool  # builder: no generated operands-only method
+    sdy_sharding_attr: bool    # Shardy import: honours xla.sdy.sharding
+    window_sum_depth: bool     # verify's tolerance: sums as deep as the window
+    weight_path: str           # search baselines: "same-dims", "moves-dims" or ""
 
     def as_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -252,7 +327,20 @@ def _make(name: str, arity: int | None, words: str) -> OpcodeTraits:
         in_jaxlib="newer" not in w, contraction="contraction" in w,
         declared=_one_of(name, w, "declared-", ("shape", "type", "dims", "optional")),
         spatial="spatial" in w, pass_through="pass-through" in w,
-        representative=_one_of(name, w, "follows-", ("first", "finest")))
+        representative=_one_of(name, w, "follows-", ("first", "finest")),
+        sharded_from_users="users-only" in w, computation_sync="computation-sync" in w,
+        manual_tuple_forward="manual-tuple" in w, manual_forward_late="manual-late" in w,
+        fed_in="fed-in" in w,
+        elementwise_per_instruction="elementwise-per-instruction" in w,
+        manual_own_handler="manual-own-handler" in w, combinable="combined" in w,
+        tidy_rewrites=frozenset(r for r in _TIDY_REWRITES if "tidy-" + r in w),
+        cost_formula=_one_of(name, w, "cost-", COST_FORMULAS),
+        value_leaf="value-leaf" in w, slice_sizes_per_pair="slice-size-pairs" in w,
+        async_stage=_one_of(name, w, "stage-", ("start", "update", "done")),
+        called_attrs=_CALLED_ATTRS.get(name, ()),
+        builder_takes_attrs="builder-attrs" in w, sdy_sharding_attr="sdy-attr" in w,
+        window_sum_depth="window-sums" in w,
+        weight_path=_one_of(name, w, "weight-", ("same-dims", "moves-dims")))
 
 
 def _one_of(name: str, words: frozenset[str], prefix: str, values: tuple[str, ...]) -> str:
@@ -308,6 +396,40 @@ PASS_THROUGH = _where("pass_through")
 FOLLOWS_FIRST_OPERAND = frozenset(op for op, t in TRAITS.items() if t.representative == "first")
 FOLLOWS_FINEST_OPERAND = frozenset(op for op, t in TRAITS.items()
                                    if t.representative == "finest")
+# Propagation's classifications:
+SHARDED_FROM_USERS = _where("sharded_from_users")
+COMPUTATION_SYNC = _where("computation_sync")
+MANUAL_TUPLE_FORWARD = _where("manual_tuple_forward")
+MANUAL_FORWARD_LATE = _where("manual_forward_late")
+FED_IN = _where("fed_in")
+ELEMENTWISE_PER_INSTRUCTION = _where("elementwise_per_instruction")
+# The partitioner's:
+MANUAL_OWN_HANDLER = _where("manual_own_handler")
+COMBINABLE_COLLECTIVES = _where("combinable")
+#: tidy's rewrite -> the opcodes it starts from.
+TIDY_TRIGGERS: dict[str, frozenset[str]] = {
+    r: frozenset(op for op, t in TRAITS.items() if r in t.tidy_rewrites) for r in _TIDY_REWRITES}
+#: Collective opcode -> its byte formula (collectives/cost.py).
+COST_FORMULA: dict[str, str] = {op: t.cost_formula for op, t in TRAITS.items() if t.cost_formula}
+#: The collective kinds collectives/cost.py prices, in report order.
+COST_KINDS: tuple[str, ...] = tuple(sorted(COST_FORMULA, key=lambda op: (
+    COST_FORMULAS.index(COST_FORMULA[op]), op)))
+# Text syntax and builder:
+VALUE_LEAVES = _where("value_leaf")
+SLICE_SIZES_PER_PAIR = _where("slice_sizes_per_pair")
+#: Async wrappers a chain continues from (an -update / -done's operand is one of these).
+ASYNC_CHAIN_OPEN = frozenset(op for op, t in TRAITS.items() if t.async_stage in ("start", "update"))
+#: Async wrappers after the start (walked back to reach it).
+ASYNC_CHAIN_LATER = frozenset(op for op, t in TRAITS.items() if t.async_stage in ("update", "done"))
+#: Opcode -> the attributes naming its called computations, in proto order.
+CALLED_ATTRS: dict[str, tuple[str, ...]] = {op: t.called_attrs for op, t in TRAITS.items()
+                                            if t.called_attrs}
+BUILDER_TAKES_ATTRS = _where("builder_takes_attrs")
+SDY_SHARDING_ATTR = _where("sdy_sharding_attr")
+# Checks and search:
+WINDOW_SUM_DEPTH = _where("window_sum_depth")
+WEIGHT_PASS_THROUGH = frozenset(op for op, t in TRAITS.items() if t.weight_path)
+WEIGHT_SAME_DIMS = frozenset(op for op, t in TRAITS.items() if t.weight_path == "same-dims")
 #: Opcode -> arity (None: variadic) of every opcode jaxlib 0.10.2's text parser knows.
 JAXLIB_ARITY: dict[str, int | None] = {op: t.arity for op, t in TRAITS.items() if t.in_jaxlib}
 #: The ReductionKind XLA matches an all-reduce's reducer root to (collective_ops_utils'

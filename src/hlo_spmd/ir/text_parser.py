@@ -48,11 +48,14 @@ def _is_known_opcode(op: str) -> bool:
     return op in XLA_OPCODES or _opcodes.is_known(op)
 
 
-_ASYNC_SUGAR = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
-# Text syntax of the two leaves whose value is written in the instruction (a literal, a
+# ``op-start`` / ``op-update`` / ``op-done``: the async wrapper of each stage (no two
+# suffixes end one name, so their order does not matter).
+_ASYNC_SUGAR = tuple(("-" + _opcodes.traits(op).async_stage, op)
+                     for op in sorted(_opcodes.ASYNC_WRAPPERS))
+# Text syntax of the leaves whose value is written in the instruction (a literal, a
 # parameter number): they take no operands, are never async-wrapped and have no shape to
 # infer.
-_VALUE_LEAVES = ("parameter", "constant")
+_VALUE_LEAVES = _opcodes.VALUE_LEAVES
 _RESULT_ACCURACY_OPS = _opcodes.RESULT_ACCURACY
 _COLLECTIVE_GROUPS = {"replica_groups", "channel_id", "constrain_layout"}
 _DOT_ATTRS = {"lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims",
@@ -147,7 +150,8 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "convolution": ("dim_labels",), "fft": ("fft_type", "fft_length"),
     "compare": ("direction",), "concatenate": ("dimensions",), "map": ("to_apply",),
     "scan": ("to_apply", "dimensions", "num_carries"), "reduce": ("to_apply", "dimensions"),
-    "reverse": ("dimensions",), "select-and-scatter": ("select", "scatter"),
+    "reverse": ("dimensions",),
+    "select-and-scatter": _opcodes.CALLED_ATTRS["select-and-scatter"],
     "slice": ("slice",), "dynamic-slice": ("dynamic_slice_sizes",),
     "transpose": ("dimensions",), "batch-norm-training": ("epsilon", "feature_index"),
     "batch-norm-inference": ("epsilon", "feature_index"),
@@ -350,7 +354,7 @@ def _h_slice(p: "_Parser", x: _Inst) -> None:
 
 def _h_slice_sizes(p: "_Parser", x: _Inst) -> None:
     c = p.c
-    if x.opcode in ("collective-permute", "collective-permute-start"):
+    if x.opcode in _opcodes.SLICE_SIZES_PER_PAIR:
         for group in c.int_list_list("slice sizes"):
             x.attrs.dynamic_slice_sizes.extend(group)
     else:
@@ -1311,7 +1315,7 @@ class _Parser:
         thread = x.extra.pop("async_execution_thread", None)
         if kind != "async-start":
             prev = x.operands[0]
-            if prev.opcode not in ("async-start", "async-update"):
+            if prev.opcode not in _opcodes.ASYNC_CHAIN_OPEN:
                 raise c.error("AsyncUpdate and AsyncDone expect a single async op as their "
                               "operand.", x.op_pos)
             start = prev
@@ -1427,10 +1431,9 @@ class _Parser:
     def ordered_calls(self, x: _Inst) -> list[tuple[str, int]]:
         k = x.calls
         op = x.opcode
-        if op == "while":
-            return k["body"] + k["condition"]
-        if op == "select-and-scatter":
-            return k["select"] + k["scatter"]
+        named = _opcodes.CALLED_ATTRS.get(op)
+        if named is not None:   # (while: body, condition; select-and-scatter: select, scatter)
+            return [call for attr in named for call in k[attr]]
         if op == "conditional":
             if "branch_computations" in k:
                 return k["branch_computations"]

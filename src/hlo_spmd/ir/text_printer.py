@@ -35,8 +35,8 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.literal import format_literal, format_literal_with_shape
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import (ASYNC_WRAPPERS, JAXLIB_ARITY, RESULT_ACCURACY,
-                                 SYNC_COLLECTIVES, TO_APPLY)
+from hlo_spmd.ir.opcodes import (ASYNC_CHAIN_LATER, ASYNC_WRAPPERS, JAXLIB_ARITY,
+                                 RESULT_ACCURACY, SYNC_COLLECTIVES, TO_APPLY, TRAITS)
 from hlo_spmd.ir.primitive_types import PrimitiveType
 from hlo_spmd.ir.text_lexer import c_escape, lexes_as_json_dict
 from hlo_spmd.ir.text_shapes import _tuple_text, format_shape, format_shape_proto
@@ -627,7 +627,7 @@ _OPCODE_ATTRS: dict[str, Callable[[_Printer, Instruction, list[str]], None]] = {
 
 # -- async syntax sugar --------------------------------------------------------------------------
 _ASYNC_OPCODES = ASYNC_WRAPPERS
-_ASYNC_SUFFIX = {"async-start": "-start", "async-update": "-update", "async-done": "-done"}
+_ASYNC_SUFFIX = {op: "-" + TRAITS[op].async_stage for op in ASYNC_WRAPPERS}
 
 
 def _can_expand(comp: Computation) -> bool:
@@ -639,7 +639,7 @@ def sugared_async_root(inst: Instruction) -> Instruction | None:
     """The wrapped instruction XLA prints in place of an async op (``foo-start``), if any."""
     start = inst
     seen = 0
-    while start.opcode in ("async-update", "async-done") and start.operands and seen < 1000:
+    while start.opcode in ASYNC_CHAIN_LATER and start.operands and seen < 1000:
         start = start.operands[0]
         seen += 1
     if start.opcode != "async-start" or not start.called_computations:

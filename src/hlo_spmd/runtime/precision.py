@@ -10,7 +10,7 @@ import numpy as np
 
 from hlo_spmd.ir import primitive_types as pt
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import CONTRACTIONS, SYNC_COLLECTIVES, TO_APPLY
+from hlo_spmd.ir.opcodes import CONTRACTIONS, SYNC_COLLECTIVES, TO_APPLY, WINDOW_SUM_DEPTH
 from hlo_spmd.runtime.compare import machine_eps
 
 
@@ -30,7 +30,7 @@ def _reduction_size(inst, shape_of) -> int:
     if op == "reduce":
         dims = shape_of(inst.operands[0]).dims
         return math.prod(dims[d] for d in inst.dimensions)
-    if op in ("reduce-window", "select-and-scatter"):
+    if op in WINDOW_SUM_DEPTH:
         return math.prod(w.size for w in attrs.window.dimensions)
     if op == "convolution":
         cd = attrs.convolution_dimension_numbers

@@ -31,13 +31,15 @@ from collections.abc import Sequence
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import CONTRACTIONS, is_elementwise
+from hlo_spmd.ir.opcodes import (CONTRACTIONS, WEIGHT_PASS_THROUGH, WEIGHT_SAME_DIMS,
+                                 is_elementwise)
 from hlo_spmd.ir.primitive_types import is_integral
 from hlo_spmd.search.candidates import Mesh, Spec, replicated
 
-_TRANSPARENT = frozenset({"convert", "copy", "bitcast", "reshape", "transpose",
-                          "bitcast-convert"})
-_SAME_DIMS = frozenset({"convert", "copy", "bitcast-convert"})
+# (the table's ``weight-*`` traits: a weight passes through these to its contraction;
+# the first keep its dims)
+_TRANSPARENT = WEIGHT_PASS_THROUGH
+_SAME_DIMS = WEIGHT_SAME_DIMS
 
 
 class _Use:

@@ -45,10 +45,11 @@ from typing import Callable
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction, iter_operand_users
+from hlo_spmd.ir.opcodes import COMBINABLE_COLLECTIVES
 from hlo_spmd.ir.shape_inference import infer_shape
 from hlo_spmd.proto import hlo_pb2
 
-KINDS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+KINDS = COMBINABLE_COLLECTIVES
 MAX_MEMBERS = 256  # XLA's combine_threshold_count
 # Groups tried one by one when combining all of them would raise the peak (each try is
 # one topological sort and one peak estimate of the computation).

@@ -19,7 +19,7 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.state import ModuleState, PartitionOptions, PartitionReport
-from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, MANUAL_OWN_HANDLER, SIDE_EFFECTING
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
@@ -76,7 +76,7 @@ def _manual_runs_as_written(inst: Instruction) -> bool:
     non-manual leaves (a parameter ``{{devices=...}, {manual}}``), and only the element
     it reads has to be manual."""
     return ((not inst.called_computations or inst.opcode in APPLIES)
-            and inst.opcode not in ("custom-call", "get-tuple-element")
+            and inst.opcode not in MANUAL_OWN_HANDLER
             and inst.opcode not in COLLECTIVES)
 
 

@@ -36,7 +36,7 @@ from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.literal import literal_to_numpy
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import REDUCERS, reducer_opcode
+from hlo_spmd.ir.opcodes import REDUCERS, TIDY_TRIGGERS, reducer_opcode
 from hlo_spmd.ir.shape_inference import infer_shape, replica_groups
 from hlo_spmd.passes.partition.combine import combine_collectives, may_combine
 from hlo_spmd.passes.partition.schedule import sink_to_first_use
@@ -58,11 +58,15 @@ def tidy_module(module: Module, num_devices: int, causes=None,
     # Each rewrite with the opcodes it starts from: a computation holding none of them
     # (most are reducers) is skipped without building its use map.
     # Each rewrite lists in ``touched`` the instructions whose operands it changed.
-    rewrites = ((("all-reduce",), lambda c, t: _reassociate_all_reduces(c, t, inherit)),
-                (("transpose", "all-reduce"), lambda c, t: _sink_slices_through_transposes(c, t)),
-                (("all-reduce",),
+    # (The opcodes are the table's ``tidy-*`` traits.)
+    rewrites = ((TIDY_TRIGGERS["reassociate"],
+                 lambda c, t: _reassociate_all_reduces(c, t, inherit)),
+                (TIDY_TRIGGERS["sink-slices"],
+                 lambda c, t: _sink_slices_through_transposes(c, t)),
+                (TIDY_TRIGGERS["reduce-scatter"],
                  lambda c, t: _all_reduce_slice_to_reduce_scatter(c, num_devices, t, inherit)),
-                (("all-gather",), lambda c, t: _fold_all_gather_own_slice(c, num_devices, t)))
+                (TIDY_TRIGGERS["fold-slice"],
+                 lambda c, t: _fold_all_gather_own_slice(c, num_devices, t)))
     for comp in list(module.computations):
         # No rewrite creates an opcode another one starts from unless it was there.
         present = {i.opcode for i in comp.instructions}
@@ -376,8 +380,9 @@ def _all_reduce_slice_to_reduce_scatter(comp: Computation, num_devices: int,
                                         inherit=lambda new, old: None) -> bool:
     changed = False
     # Users are asked of all-reduces and of dynamic-slices (replaced): only theirs.
+    starts = TIDY_TRIGGERS["reduce-scatter"]
     users = iter_operand_users(comp.instructions, only={
-        i for i in comp.instructions if i.opcode in ("all-reduce", "dynamic-slice")})
+        i for i in comp.instructions if i.opcode in starts})
     facts = _DeviceFacts(num_devices)
     for ar in list(comp.instructions):
         if ar.opcode != "all-reduce" or len(ar.operands) != 1 or not ar.shape.is_array \

@@ -5,7 +5,8 @@ does propagation do with opcode X" without running it.
 """
 from __future__ import annotations
 
-from hlo_spmd.ir.opcodes import ALL_OPCODES, ELEMENTWISE, PASS_THROUGH, SPATIAL
+from hlo_spmd.ir.opcodes import (ALL_OPCODES, COMPUTATION_SYNC, ELEMENTWISE, PASS_THROUGH,
+                                 SHARDED_FROM_USERS, SPATIAL)
 from hlo_spmd.passes.propagation.backward import BACKWARD_RULES
 from hlo_spmd.passes.propagation.forward import FORWARD_RULES
 from hlo_spmd.passes.propagation.sdy_manual import SDY_GLOBAL_TO_LOCAL, SDY_LOCAL_TO_GLOBAL
@@ -20,7 +21,7 @@ CONTROL_FLOW = {
     "call": "callee root <-> call result (computation sync); call operand -> parameter",
     "conditional": "branch roots <-> conditional result (computation sync)",
 }
-NO_OPERANDS = frozenset({"constant", "iota", "infeed"})
+NO_OPERANDS = SHARDED_FROM_USERS
 
 
 def forward_rule(opcode: str) -> str:
@@ -32,7 +33,7 @@ def forward_rule(opcode: str) -> str:
         return "no operands: from users only"
     if op in FORWARD_RULES and op != "custom-call":
         rule = FORWARD_RULES[op].infer.__name__
-        return rule + (" + computation sync" if op in ("while", "parameter") else "")
+        return rule + (" + computation sync" if op in COMPUTATION_SYNC else "")
     if op in ELEMENTWISE_LIKE:
         return "elementwise (default_rule)"
     if op in SPATIAL:

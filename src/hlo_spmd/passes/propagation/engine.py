@@ -33,7 +33,8 @@ from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
 from hlo_spmd.passes.propagation.dirty import DirtySet
 from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo, forward_rule_of
-from hlo_spmd.ir.opcodes import CONTROL_FLOW, LINEAR_OPS, SPATIAL
+from hlo_spmd.ir.opcodes import (CONTROL_FLOW, LINEAR_OPS, MANUAL_FORWARD_LATE,
+                                 MANUAL_TUPLE_FORWARD, SPATIAL)
 from hlo_spmd.sharding import HloSharding
 from hlo_spmd.sharding import is_spatially_partitioned
 from hlo_spmd.sharding.unreduced import reduce_all
@@ -325,8 +326,7 @@ class Propagator:
         op = self.graph.op[inst]
         elementwise = self.graph.elementwise[inst]
         tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
-        manual_ok = (inst.shape.is_array or op in ("reduce", "sort", "reduce-window")
-                     or tuple_cc)
+        manual_ok = inst.shape.is_array or op in MANUAL_TUPLE_FORWARD or tuple_cc
         facts = ForwardFacts(bw.level_of(op, elementwise), op, manual_ok,
                              forward_rule_of(self.graph, inst).infer,
                              self.supports_spatial(inst, self.to_output, False))
@@ -348,7 +348,7 @@ class Propagator:
                     continue
                 if g.is_custom_call(inst, g.SHARD_TO_FULL):
                     return False
-                if op in ("concatenate", "dynamic-slice") and not self.at_least(1):
+                if op in MANUAL_FORWARD_LATE and not self.at_least(1):
                     return False
                 manual = ops.normalize_tuple(HloSharding.manual(), inst.shape)
                 self.set(inst, manual, "manual.forward", (o,), direction="manual")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
-from hlo_spmd.ir.opcodes import FOLLOWS_FINEST_OPERAND, FOLLOWS_FIRST_OPERAND
+from hlo_spmd.ir.opcodes import FED_IN, FOLLOWS_FINEST_OPERAND, FOLLOWS_FIRST_OPERAND
 from hlo_spmd.ir.primitive_types import bit_width
 from hlo_spmd.passes.propagation import gather_scatter as gs
 from hlo_spmd.passes.propagation import graph as g
@@ -249,7 +249,7 @@ def concatenate(p: "PropagatorInterface", inst: Instruction) -> bool:
         for o in inst.operands:
             s = o.sharding
             if not (is_spatially_partitioned(s) and s.num_tiles > 1 and o.opcode == "reshape"
-                    and o.operands[0].opcode in ("parameter", "get-tuple-element")):
+                    and o.operands[0].opcode in FED_IN):
                 return False
             if s.is_tiled and ops.tile_dims(s)[cdim] > 1:
                 return False

@@ -12,7 +12,7 @@ from typing import Sequence
 from hlo_spmd.ir.computation import Computation
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.module import Module
-from hlo_spmd.ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
+from hlo_spmd.ir.opcodes import ELEMENTWISE, ELEMENTWISE_PER_INSTRUCTION, SIDE_EFFECTING
 from hlo_spmd.ir.primitive_types import bit_width
 
 # Spellings other parts of the IR have used for the same opcodes.
@@ -54,7 +54,7 @@ def is_custom_call(inst: Instruction, target: str) -> bool:
 _ELEMENTWISE_SPELLINGS = frozenset(
     op for op in ELEMENTWISE | {"rng"} | set(ALIASES)
     if ALIASES.get(op, op) in ELEMENTWISE | {"rng"}
-    and op not in ("bitcast-convert", "custom-call"))
+    and op not in ELEMENTWISE_PER_INSTRUCTION)
 
 
 def is_elementwise(inst: Instruction) -> bool:
