@@ -48,7 +48,7 @@ from hlo_spmd.passes.partition.support.local_dims import _common_leaf, _local, _
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles, handles_custom_call
-from hlo_spmd.passes.partition.reshard import gather_groups, reshard
+from hlo_spmd.passes.partition.reshard import gather_groups, reshard, reshard_cost
 from hlo_spmd.passes.partition.support.strategy import (Strategy, cheapest, itemsize, local_bytes,
                                                 moves, replicated_price, result_leaves,
                                                 result_move)
@@ -158,15 +158,16 @@ def _local_strategies(ctx: PartitionContext, inst: Instruction, arrays: int, dim
     return out
 
 
-def _plan_and_emit(ctx: PartitionContext, inst: Instruction,
-                   cands: list[Strategy]) -> PValue | None:
+def _plan_and_emit(ctx: PartitionContext, inst: Instruction, cands: list[Strategy],
+                   fallback_extra: float = 0.0) -> PValue | None:
     """Emit the cheapest of ``cands`` unless the replicated fallback (priced the same
-    way, reported when it is the one emitted) is strictly cheaper. None: the winner
-    settled every user itself."""
+    way plus ``fallback_extra``, reported when it is the one emitted) is strictly
+    cheaper. None: the winner settled every user itself."""
     best = cheapest(cands)
     vals = [ctx.value(o) for o in inst.operands]
     # (unread results of the fallback are cut from the whole result for free)
-    fallback = Strategy(None, *replicated_price(ctx, inst.shape, vals, ctx.sharding_of(inst)),
+    nbytes, peak = replicated_price(ctx, inst.shape, vals, ctx.sharding_of(inst))
+    fallback = Strategy(None, nbytes + fallback_extra, peak,
                         lambda: handle_replicated(ctx, inst))
     if best is None or fallback.key() < best.key():
         return fallback.emit()
@@ -287,15 +288,34 @@ def handle_sort(ctx: PartitionContext, inst: Instruction) -> PValue | None:
     wanted = _normalized(inst, leaf)
     cands: list[Strategy] = []
     found = _first_k_takes(ctx, inst, dim)
+    then = 0.0
     if found is not None:
         takes, gtes = found
         price = _first_k_price(ctx, inst, leaf, dim, takes)
         if price is not None:
             cands.append(Strategy("first-k", *price,
                                   lambda: _first_k_sort(ctx, inst, leaf, dim, takes, gtes)))
-    cands += _local_strategies(ctx, inst, arrays, dim, [leaf], wanted,
-                               unused_outputs(ctx, inst))
-    return _plan_and_emit(ctx, inst, cands)
+            then = _slices_after_price(ctx, inst, leaf, takes)
+    others = _local_strategies(ctx, inst, arrays, dim, [leaf], wanted, unused_outputs(ctx, inst))
+    for c in others:  # (the first-k plan makes the slices too: same work on both sides)
+        c.bytes += then
+    return _plan_and_emit(ctx, inst, cands + others, then)
+
+
+def _slices_after_price(ctx: PartitionContext, inst: Instruction, leaf: HloSharding,
+                        takes: list[tuple[Instruction, int, int]]) -> float:
+    """Bytes the slices of ``takes`` move after a whole sort left in ``leaf``: each
+    reshards its operand to the layout the slice handler reads windows from (the
+    windows themselves not counted: a lower bound)."""
+    from hlo_spmd.passes.partition.handlers.slicing import compute_sharding, keep_only_tiled
+
+    full = inst.operands[0].shape
+    total = 0.0
+    for sl, j, _ in takes:
+        shape = inst.operands[j].shape
+        xs = keep_only_tiled(compute_sharding(ctx, sl), leaf, full.rank, range(full.rank))
+        total += reshard_cost(shape.dims, itemsize(shape), leaf, xs, ctx.num_devices)
+    return total
 
 
 def _k_largest(inst: Instruction) -> tuple[int, bool]:
