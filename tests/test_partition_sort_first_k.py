@@ -151,3 +151,22 @@ def test_topk_with_unread_indices_over_sharded_rows_moves_values_only():
     out = check(topk_values_only((16, 64), 5, "{devices=[8,1]<=[8]}"), N, ties=True)
     ours = module_stats(out, N).total_bytes_per_device
     assert ours == pytest.approx(7 / 8 * 16 * 5 * 4), ours
+
+
+def test_whole_sort_with_unread_indices_moves_values_back_only():
+    # The sort dim's tiling goes to dim 0 (all-to-all), the sort runs, and only the values
+    # come back: the unread index result stays where it is made.
+    text = f"""HloModule m
+{CMP}
+ENTRY %main (x: f32[16,64]) -> f32[16,64] {{
+  %x = f32[16,64] parameter(0), sharding={{devices=[1,8]<=[8]}}
+  %i = s32[16,64] iota(), iota_dimension=1, sharding={{devices=[1,8]<=[8]}}
+  %s = (f32[16,64], s32[16,64]) sort(%x, %i), dimensions={{1}}, is_stable=true, to_apply=%lt2, sharding={{{{devices=[1,8]<=[8]}}, {{devices=[1,8]<=[8]}}}}
+  ROOT %v = f32[16,64] get-tuple-element(%s), index=0, sharding={{devices=[1,8]<=[8]}}
+}}
+"""
+    out = check(text, N, ties=True)
+    a2a = [i for i in out.instructions() if i.opcode == "all-to-all"]
+    assert all(i.shape.element_type.name == "F32" for i in a2a), a2a
+    ours = module_stats(out, N).total_bytes_per_device
+    assert ours == pytest.approx(2 * 7 / 8 * 2 * 64 * 4), ours

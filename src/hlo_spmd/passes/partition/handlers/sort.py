@@ -44,6 +44,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
+from hlo_spmd.passes.partition.handlers.slicing import compute_sharding, keep_only_tiled
 from hlo_spmd.passes.partition.support.local_dims import _common_leaf, _local, _sharded_dims
 from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
 from hlo_spmd.passes.partition.pvalue import PValue
@@ -235,7 +236,7 @@ def _first_k_price(ctx: PartitionContext, inst: Instruction, leaf: HloSharding, 
         peak = max(peak, gathered)
     mid = partial_replicate(leaf, [dim])
     for sl, _, _ in takes:
-        b, p = result_move(ctx, sl.shape, mid, ctx.sharding_of(sl))
+        b, p = result_move(ctx, sl.shape, mid, compute_sharding(ctx, sl))
         nbytes, peak = nbytes + b, max(peak, p)
     return nbytes, peak
 
@@ -269,7 +270,8 @@ def _first_k_sort(ctx: PartitionContext, inst: Instruction, leaf: HloSharding, d
         if kj < k:
             x = b.slice(x, [0] * x.shape.rank,
                         [kj if e == dim else d for e, d in enumerate(x.shape.dims)])
-        ctx.state.settled[id(sl)] = reshard(ctx, PValue(x, sl.shape, mid), ctx.sharding_of(sl))
+        ctx.state.settled[id(sl)] = reshard(ctx, PValue(x, sl.shape, mid),
+                                            compute_sharding(ctx, sl))
     for g in gtes:
         ctx.state.settled[id(g)] = None
 
@@ -307,8 +309,6 @@ def _slices_after_price(ctx: PartitionContext, inst: Instruction, leaf: HloShard
     """Bytes the slices of ``takes`` move after a whole sort left in ``leaf``: each
     reshards its operand to the layout the slice handler reads windows from (the
     windows themselves not counted: a lower bound)."""
-    from hlo_spmd.passes.partition.handlers.slicing import compute_sharding, keep_only_tiled
-
     full = inst.operands[0].shape
     total = 0.0
     for sl, j, _ in takes:
