@@ -87,6 +87,18 @@ def test_sort_cut_to_k_with_a_sharded_non_sort_dim(ties):
     assert ours == pytest.approx(2 * per_output), ours
 
 
+@pytest.mark.parametrize("cols,k", [(60, 3), (57, 5)])
+@pytest.mark.parametrize("cmp,stable", [("lt2", True), ("gt_idx", False)])
+def test_sort_cut_to_k_over_an_uneven_sort_dim(cols, k, cmp, stable):
+    # 60 = 8 x 8 - 4 and 57 = 8 x 8 - 7 (the last shard holds 4 and 1 real elements, fewer
+    # than k for 57): the padding is ranked last by a validity flag sorted along, whatever
+    # the comparator, and the flags (1 byte each) travel with the candidates.
+    out = check(sort_then_slice((4, cols), "{devices=[1,8]<=[8]}", k, cmp=cmp,
+                                stable=stable), N, ties=True)
+    ours = module_stats(out, N).total_bytes_per_device
+    assert ours == pytest.approx(2 * gathered(4, k, 8) + gathered(4, k, 8, itemsize=1)), ours
+
+
 def test_sort_cut_to_different_k_per_result():
     # Values cut to 4 and indices to 2: every shard keeps the larger k.
     out = check(sort_then_slice((4, 64), "{devices=[1,8]<=[8]}", 4, k_idx=2), N, ties=True)

@@ -46,7 +46,8 @@ from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
 from hlo_spmd.passes.partition.handlers.slicing import compute_sharding, keep_only_tiled
 from hlo_spmd.passes.partition.support.local_dims import _common_leaf, _local, _sharded_dims
-from hlo_spmd.passes.partition.masking import mask_padding, pad_value_identity
+from hlo_spmd.passes.partition.masking import (mask_padding, pad_value_identity, padded_dims,
+                                               valid_mask)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles, handles_custom_call
 from hlo_spmd.passes.partition.reshard import gather_groups, reshard, reshard_cost
@@ -219,19 +220,21 @@ def _first_k_takes(ctx: PartitionContext, inst: Instruction,
 
 def _first_k_price(ctx: PartitionContext, inst: Instruction, leaf: HloSharding, dim: int,
                    takes: list[tuple[Instruction, int, int]]) -> tuple[float, float] | None:
-    """(bytes, largest new array) of ``_first_k_sort``; None when the sort dim does not
-    split evenly (a padded shard's garbage could rank among the first k: no comparator
-    value is known to lose) or a shard holds fewer than k elements."""
+    """(bytes, largest new array) of ``_first_k_sort``; None when a shard holds fewer
+    than k elements."""
     shape = inst.operands[0].shape
     t = leaf.tile_dims_for_data(shape.rank)[dim]
     k = max(k for _, _, k in takes)
-    if shape.dims[dim] % t or shape.dims[dim] // t < k:
-        return None
     local = tile_shape(leaf, shape.dims)
+    if local[dim] < k:
+        return None
     rows = float(math.prod(local)) / local[dim]
     nbytes, peak = moves(ctx, [(ctx.value(o), leaf) for o in inst.operands])
-    for o in inst.operands:
-        gathered = rows * k * t * itemsize(o.shape)
+    sizes = [itemsize(o.shape) for o in inst.operands]
+    if shape.dims[dim] % t:  # padding: a validity flag travels with the candidates
+        sizes.append(1.0)
+    for size in sizes:
+        gathered = rows * k * t * size
         nbytes += bytes_per_device("all-gather", gathered / t, gathered, t)
         peak = max(peak, gathered)
     mid = partial_replicate(leaf, [dim])
@@ -246,13 +249,18 @@ def _first_k_sort(ctx: PartitionContext, inst: Instruction, leaf: HloSharding, d
                   takes: list[tuple[Instruction, int, int]],
                   gtes: list[Instruction]) -> None:
     """The two-stage sort of the module docstring; settles the slices (and the
-    get-tuple-elements, which have no value of their own)."""
+    get-tuple-elements, which have no value of their own). A sort dim that does not
+    split evenly sorts a validity flag along (``valid_first_comparator``): no value is
+    known to lose under an arbitrary comparator, so padding is ranked last by the flag."""
     b = ctx.b
     k = max(k for _, _, k in takes)
-    n = len(inst.operands)
-    ops = [ctx.operand(inst, i, leaf) for i in range(n)]
+    ops = [ctx.operand(inst, i, leaf) for i in range(len(inst.operands))]
     cmp = ctx.clone(inst.called_computations[0])
     stable = bool(inst.attrs.is_stable)
+    if padded_dims(PValue(ops[0], inst.operands[0].shape, leaf), [dim]):
+        ops.append(valid_mask(ctx, PValue(ops[0], inst.operands[0].shape, leaf), [dim]))
+        cmp = b.valid_first_comparator(cmp)
+    n = len(ops)
 
     def sorted_first_k(xs: list[Instruction]) -> list[Instruction]:
         both = b.sort(xs, dim, cmp, is_stable=stable)
