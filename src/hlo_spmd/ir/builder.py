@@ -574,6 +574,31 @@ class Builder:
         st.computations[key] = comp
         return comp
 
+    def valid_first_comparator(self, comparator: Computation) -> Computation:
+        """``comparator`` over one more operand pair, a pred ``valid``: a valid element
+        sorts before an invalid one, two valid ones as ``comparator`` says, two invalid
+        ones tie (a strict weak order when ``comparator`` is one). Sorting with it keeps
+        padding out of the leading positions whatever the comparator."""
+        key = ("valid-first", comparator)  # (held by the key: its id stays its own)
+        st = _state(self.module)
+        comp = st.computations.get(key)
+        if comp is not None and comp in self.module.computations:
+            return comp
+        comp = Computation(f"{comparator.name}.valid_first")
+        sb = Builder(comp)
+        params = [sb.parameter(p.parameter_number, p.shape, name=f"{p.name}.v")
+                  for p in comparator.parameters]
+        n = len(params)
+        pred = array_shape(PT.PRED, ())
+        va = sb.parameter(n, pred, name="valid_lhs")
+        vb = sb.parameter(n + 1, pred, name="valid_rhs")
+        inner = sb.call(comparator, params)
+        yes, no = sb.constant(True, PT.PRED), sb.constant(False, PT.PRED)
+        sb.set_root(sb.select(va, sb.select(vb, inner, yes), no))
+        self._register(comp)
+        st.computations[key] = comp
+        return comp
+
     def _reducer(self, reducer: Computation | str, et: PrimitiveType) -> Computation:
         return self.scalar_computation(reducer, et) if isinstance(reducer, str) else reducer
 

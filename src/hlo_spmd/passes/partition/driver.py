@@ -157,9 +157,17 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
     # ids stay theirs.
     by_opcode: dict[str, tuple] = {}
     manual: dict[int, tuple] = {}
+    settled = ctx.state.settled
     for inst in comp.instructions:
         opcode = inst.opcode
         if opcode == "parameter":
+            continue
+        if settled and id(inst) in settled:
+            # Made by an earlier handler (state.settled); None: no value of its own.
+            pv = settled.pop(id(inst))
+            if pv is not None:
+                values[id(inst)] = pv
+            handler_of[inst.name] = "settled"
             continue
         entry = None
         s = inst.sharding
@@ -190,12 +198,14 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
                                  f"computation {comp.name}, instruction {inst.name}") from e
         finally:
             log.leave()
+        handler_of[inst.name] = name
+        if pv is None:  # the handler settled every user of inst (state.settled)
+            continue
         values[id(inst)] = pv
         # (first maker wins: a handler passing its operand's value through keeps the
         # operand as the origin, the same data; keyed by the global shape too, since a
         # slice inside one tile passes the local array through as a different value)
         origins.setdefault((id(pv.hlo), pv.base_shape), (pv.hlo, inst))
-        handler_of[inst.name] = name
     b.metadata = None
 
 

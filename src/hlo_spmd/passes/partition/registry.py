@@ -1,5 +1,6 @@
 """Handler table: opcode -> function(ctx, instruction) -> PValue, and custom-call target ->
-function for the ``custom-call`` handler.
+function for the ``custom-call`` handler. A handler returns None only when it has settled
+every user of the instruction itself (``ModuleState.settled``), so no value is needed.
 
 The table is strict: registering a second handler for an opcode (or custom-call target)
 is an error, so two modules cannot silently override each other depending on import
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from hlo_spmd.passes.partition.context import PartitionContext
     from hlo_spmd.passes.partition.pvalue import PValue
 
-Handler = Callable[["PartitionContext", "Instruction"], "PValue"]
+Handler = Callable[["PartitionContext", "Instruction"], "PValue | None"]
 HANDLERS: dict[str, Handler] = {}
 CUSTOM_CALL_HANDLERS: dict[str, Handler] = {}
 # opcode -> why it has no handler of its own (the driver runs the replicated fallback,

@@ -75,7 +75,7 @@ class ModuleState(Record):
     """Shared by every context of one partitioning run."""
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
-    __slots__ = __match_args__ + ("origins", "_user_counts")
+    __slots__ = __match_args__ + ("origins", "settled", "_users", "_user_counts")
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
@@ -93,20 +93,33 @@ class ModuleState(Record):
         # id(local instruction) -> (it, the source instruction whose handler made it): what
         # reshard asks to re-make a value instead of moving it (partition/recreate.py).
         self.origins: dict[tuple, tuple[Instruction, Instruction]] = {}
+        # id(source instruction) -> its value, made early by the handler of an
+        # instruction it depends on (a sort's top-k slices, made by the two-stage sort);
+        # None: the instruction has no value of its own (every user of it is settled too).
+        # The driver takes these instead of running the instruction's handler.
+        self.settled: dict[int, PValue | None] = {}
+        self._users: dict[int, list[Instruction | None]] | None = None
         self._user_counts: dict[int, int] | None = None
+
+    def users(self) -> dict[int, list[Instruction | None]]:
+        """id(source instruction) -> the instructions that read it, each once; a root's
+        list holds None for its computation's caller. Built once, on first ask."""
+        if self._users is None:
+            users: dict[int, list[Instruction | None]] = {}
+            for comp in self.source.computations:
+                for inst in comp.instructions:
+                    for op in {id(o): o for o in inst.operands}:
+                        users.setdefault(op, []).append(inst)
+                if comp.root is not None:
+                    users.setdefault(id(comp.root), []).append(None)
+            self._users = users
+        return self._users
 
     def user_counts(self) -> dict[int, int]:
         """id(source instruction) -> how many instructions read it (a root counts as
         read); built once, on first ask."""
         if self._user_counts is None:
-            counts: dict[int, int] = {}
-            for comp in self.source.computations:
-                for inst in comp.instructions:
-                    for op in {id(o): o for o in inst.operands}:
-                        counts[op] = counts.get(op, 0) + 1
-                if comp.root is not None:
-                    counts[id(comp.root)] = counts.get(id(comp.root), 0) + 1
-            self._user_counts = counts
+            self._user_counts = {k: len(v) for k, v in self.users().items()}
         return self._user_counts
 
 
