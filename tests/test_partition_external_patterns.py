@@ -410,3 +410,34 @@ ENTRY %main (x: f32[{rows},2]) -> f32[{rows},2] {{
     out, ours = check(text, 8)
     assert sum(i.opcode == "collective-permute" for c in out.computations
                for i in c.instructions) <= 4, out
+
+
+# -- uneven partially replicated <-> tiled: one all-to-all, not the replicated value ---------
+def test_partial_replicate_to_tile_uneven_moves_the_tiled_dim_by_all_to_all():
+    # Columns in 2 halves (3 copies each) -> rows in 2 and columns in 3 (8 -> 3,3,2): the
+    # column halves move to rows in one all-to-all, the 3 column tiles are cut locally.
+    text = """HloModule m
+ENTRY e {
+  p = f32[8,8] parameter(0), sharding={devices=[1,2,3]<=[6] last_tile_dim_replicate}
+  ROOT c = f32[8,8] copy(p), sharding={devices=[2,3]<=[6]}
+}
+"""
+    out, ours = check(text, 6)
+    # all-to-all of the [8,4] f32 tile within pairs: (1/2) * 128 B.
+    assert ours == 64, ours
+    assert [i.opcode for i in out.instructions()].count("all-to-all") == 1
+
+
+def test_tile_to_partial_replicate_uneven_gathers_then_all_to_all():
+    # Rows in 2, columns in 3 -> columns in 2 (3 copies): the uneven column tiles are
+    # gathered (padded 9 -> 8), then the row halves move to columns in one all-to-all.
+    text = """HloModule m
+ENTRY e {
+  p = f32[8,8] parameter(0), sharding={devices=[2,3]<=[6]}
+  ROOT c = f32[8,8] copy(p), sharding={devices=[1,2,3]<=[6] last_tile_dim_replicate}
+}
+"""
+    out, ours = check(text, 6)
+    # all-gather [4,3] -> [4,9] over 3: (2/3) * 144 B = 96 B; all-to-all of [4,8] over 2:
+    # (1/2) * 128 B = 64 B.
+    assert ours == 96 + 64, ours

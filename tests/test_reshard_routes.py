@@ -146,6 +146,37 @@ def test_random_reshards_other_element_types(case, et):
     run_case(dims, src, dst, n, et)
 
 
+@st.composite
+def shardings_2x3(draw, rank: int) -> HloSharding:
+    """Tiled or partially replicated over 6 devices: a factor 2 and a factor 3, each on a
+    data dim or the replication dim, so uneven dims meet 3-way tilings."""
+    tiles = [1] * (rank + 1)
+    for f in (2, 3):
+        tiles[draw(st.integers(0, rank))] *= f
+    order = draw(st.sampled_from(["iota", "random"]))
+    devices = np.arange(6) if order == "iota" else np.asarray(draw(st.permutations(range(6))))
+    arr = devices.reshape(tiles)
+    if tiles[-1] > 1:
+        return HloSharding.partial_tile(arr)
+    return HloSharding.tile(arr.reshape(tiles[:-1]))
+
+
+@st.composite
+def cases_2x3(draw):
+    rank = draw(st.integers(1, 3))
+    dims = draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank))
+    return dims, draw(shardings_2x3(rank)), draw(shardings_2x3(rank)), 6
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases_2x3())
+def test_random_reshards_on_six_devices_preserve_the_value(case):
+    """2 x 3 meshes: tiles of uneven sizes (8 -> 3,3,2) on both sides of the reshard."""
+    dims, src, dst, n = case
+    run_case(dims, src, dst, n)
+
+
 @pytest.mark.slow
 @settings(max_examples=1500, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -246,6 +277,12 @@ CANONICAL = [
      {"all-to-all": 1, "collective-permute": 1}),
     ([8, 8], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{devices=[1,4]<=[4]}", 4,
      {"all-to-all": 1}),
+    # Uneven: a dim gives its tiling away and is cut 3-way after; a dim's uneven 3-way
+    # tiling is gathered before it takes the other dim's.
+    ([8, 8], "{devices=[1,2,3]<=[6] last_tile_dim_replicate}", "{devices=[2,3]<=[6]}", 6,
+     {"all-to-all": 1}),
+    ([8, 8], "{devices=[2,3]<=[6]}", "{devices=[1,2,3]<=[6] last_tile_dim_replicate}", 6,
+     {"all-gather": 1, "all-to-all": 1}),
 ]
 
 

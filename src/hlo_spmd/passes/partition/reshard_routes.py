@@ -1025,15 +1025,20 @@ class _Spec(NamedTuple):
     moves: tuple[tuple[int, int, int], ...]    # all-to-all moves (a, b, f)
     combine: bool                              # one all-to-all for all moves
     gathers: tuple[tuple[int, int], ...]       # (dim, factor)
+    early: tuple[tuple[int, int], ...] = ()    # (dim, factor) gathered before the moves
 
 
 def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
-          whole_first: bool = False) -> _Spec:
+          whole_first: bool = False, mixed: bool = False) -> _Spec:
     """Which factors to slice first (``pre_slice``: as far as the source's replication
     allows), move with all-to-all (``use_a2a``: factors a dim has too many of, to dims that
     lack them; ``whole_first``: each source dim gives to the target dims taking the most
     of it first, in dim order otherwise) and gather (the rest of the excess); the rest of
-    what is missing is sliced at the end."""
+    what is missing is sliced at the end. ``mixed``: a dim may both give and lack (it
+    gives first and is sliced at the end: [1,2]+3 copies -> [2,3]) or both have excess and
+    take (its excess is gathered before the all-to-all: [2,3] -> [1,2]+3 copies), as XLA's
+    uneven partially replicated <-> tiled reshards do; one all-to-all still has disjoint
+    sources and targets."""
     r = len(dims)
     s, t = list(src.tiles), list(dst.tiles)
     pre = [1] * r
@@ -1050,6 +1055,9 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
     excess = [c // gg for c, gg in zip(cur, g)]
     deficit = [tt // gg for tt, gg in zip(t, g)]
     moves: list[tuple[int, int, int]] = []
+    early: list[tuple[int, int]] = []
+    givers: set[int] = set()
+    takers: set[int] = set()
     if use_a2a:
         for a in range(r):
             order = range(r)
@@ -1060,15 +1068,23 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
             for b in order:
                 if a == b or excess[a] == 1 or deficit[b] == 1:
                     continue
-                if deficit[a] > 1 or excess[b] > 1:
+                if mixed:
+                    if a in takers or b in givers:
+                        continue
+                elif deficit[a] > 1 or excess[b] > 1:
                     continue  # keep sources and targets disjoint
                 f = math.gcd(excess[a], deficit[b])
                 if f > 1:
+                    if excess[b] > 1:
+                        early.append((b, excess[b]))
+                        excess[b] = 1
                     moves.append((a, b, f))
+                    givers.add(a)
+                    takers.add(b)
                     excess[a] //= f
                     deficit[b] //= f
     gathers = tuple((k, excess[k]) for k in range(r) if excess[k] > 1)
-    return _Spec(tuple(pre), tuple(moves), True, gathers)
+    return _Spec(tuple(pre), tuple(moves), True, gathers, tuple(early))
 
 
 def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
@@ -1086,6 +1102,15 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
         if new is None:
             return None
         steps.append(Slice(new))
+        lay = new
+    for k, f in spec.early:
+        st = AllGather(k, f)
+        if st.apply(lay, dims) is None:
+            st = AllGather(k, lay.tiles[k])  # the whole dim
+        new = st.apply(lay, dims)
+        if new is None:
+            return None
+        steps.append(st)
         lay = new
     moves = []
     for mv in spec.moves:
@@ -1229,9 +1254,11 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
 
 
 # Spec kinds tried: (slice first, move with all-to-all, each source dim to the dims taking
-# the most of it first).
-_SPEC_KINDS = ((True, True, False), (True, True, True), (True, False, False),
-               (False, True, False), (False, True, True), (False, False, False))
+# the most of it first, a dim may give and lack or have excess and take).
+_SPEC_KINDS = ((True, True, False, False), (True, True, True, False),
+               (True, False, False, False), (False, True, False, False),
+               (False, True, True, False), (False, False, False, False),
+               (True, True, False, True), (False, True, False, True))
 
 
 def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
@@ -1252,16 +1279,17 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
     fallback.name = "through replicated"
     best: Plan | None = None
     seen: set[tuple] = set()
-    for pre_slice, use_a2a, whole_first in _SPEC_KINDS:
-        base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first)
+    for pre_slice, use_a2a, whole_first, mixed in _SPEC_KINDS:
+        base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first, mixed)
         # (Also nothing moved nor gathered: the target's tiles cut out of the local ones
         # with halos from the neighbours, HaloSlice.)
         orders = itertools.chain(((m, base.gathers) for m in _orderings(base.moves)),
                                  (((), ()),))
         for moves, gathers in orders:
             for combine in ((True, False) if len(moves) > 1 else (True,)):
-                spec = _Spec(base.pre, tuple(moves), combine, gathers)
-                key = (spec.pre, spec.moves, combine, spec.gathers)
+                spec = _Spec(base.pre, tuple(moves), combine, gathers,
+                             base.early if moves else ())
+                key = (spec.pre, spec.moves, combine, spec.gathers, spec.early)
                 if key in seen:
                     continue
                 seen.add(key)
