@@ -441,3 +441,24 @@ ENTRY e {
     # all-gather [4,3] -> [4,9] over 3: (2/3) * 144 B = 96 B; all-to-all of [4,8] over 2:
     # (1/2) * 128 B = 64 B.
     assert ours == 96 + 64, ours
+
+
+def test_uneven_all_to_all_realigns_tiles_by_halo_exchange():
+    # [5,5] on 2 x 4 (tiles of 3 x 2) -> 4 x 2 (tiles of 2 x 3): the column factor moves to
+    # the rows in one all-to-all; the row tiles of 3 are first re-cut to 4 (one row from
+    # the next tile) and the joined column tiles of 4 after it to 3 (one column from the
+    # previous tile), as XLA pads an uneven all-to-all; not two all-gathers.
+    text = """HloModule m
+ENTRY e {
+  p = f32[5,5] parameter(0), sharding={devices=[4,2]<=[8]}
+  a = f32[5,5] add(p, p), sharding={devices=[4,2]<=[8]}
+  t = f32[5,5]{0,1} transpose(a), dimensions={1,0}, sharding={devices=[2,4]<=[4,2]T(1,0)}
+  ROOT r = f32[5,5] add(a, t), sharding={devices=[4,2]<=[8]}
+}
+"""
+    out, ours = check(text, 8)
+    ops = [i.opcode for i in out.instructions()]
+    assert "all-gather" not in ops and ops.count("all-to-all") == 1, ops
+    # halo row 1x2 (8 B) + all-to-all of the [4,2] padded tile over 2 (16 B) + halo column
+    # 2x1 (8 B) + the device-order permute of the [2,3] tile (24 B).
+    assert ours == 8 + 16 + 8 + 24, ours

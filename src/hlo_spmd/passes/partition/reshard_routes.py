@@ -512,14 +512,65 @@ class AllGather(Step):
 class AllToAll(Step):
     """Tiling factors move between dims in one all-to-all: for each ``(a, b, f)`` the next
     minor factor ``f`` of dim ``a``'s tile index becomes the next minor factor of dim
-    ``b``'s. A dim may give to several dims or receive from several; no dim does both."""
+    ``b``'s. A dim may give to several dims or receive from several; no dim does both.
+
+    Uneven dims (``realign``, XLA's ReshardWithAllToAll on padded shapes): when a local
+    tile of a receiving dim does not split into the finer tiles (5 rows in 2 tiles of 3
+    -> 4 tiles of 2 need tiles of 4), a halo exchange first re-cuts it to ``f`` finer
+    tiles' worth of rows; when the joined tiles of a giving dim are not its coarser tiles
+    (4 tiles of 2 joined in pairs hold rows 0-3 and 4-7, not 3 each), a halo exchange
+    after it re-cuts them (HaloSlice with explicit tile lengths). One such dim per side."""
     collectives = 1
 
-    def __init__(self, moves: tuple[tuple[int, int, int], ...]) -> None:
+    def __init__(self, moves: tuple[tuple[int, int, int], ...], realign: bool = False) -> None:
         self.moves = moves
+        self.realign = realign
 
     def __repr__(self) -> str:
-        return f"AllToAll(moves={self.moves!r})"
+        return f"AllToAll(moves={self.moves!r}, realign={self.realign!r})"
+
+    def _uneven(self, lay: Layout, dims) -> tuple[list[tuple[int, int, int]],
+                                                  list[tuple[int, int, int]]]:
+        """(receiving dims re-cut before, giving dims re-cut after) as (dim, held rows,
+        wanted rows) per local tile."""
+        fa, fb = self._factors()
+        pre, post = [], []
+        for b, f in fb.items():
+            tb, d = lay.tiles[b], dims[b]
+            held, wanted = -(-d // tb), f * -(-d // (tb * f))
+            if tb > 1 and held != wanted:
+                pre.append((b, held, wanted))
+        for a, f in fa.items():
+            ta, d = lay.tiles[a], dims[a]
+            if ta % f == 0 and ta // f > 1:
+                held, wanted = f * -(-d // ta), -(-d // (ta // f))
+                if held != wanted:
+                    post.append((a, held, wanted))
+        return pre, post
+
+    def _halos(self, lay: Layout, dims) -> tuple[list, list] | None:
+        """The halo re-cuts before and after the exchange (from ``lay``, and from the
+        layout after it), or None when a dim is uneven and cannot be realigned."""
+        key = (("all-to-all-halos", self.moves, self.realign), lay.key, tuple(dims))
+        if key in _A2A_HALOS:
+            return _A2A_HALOS[key]
+        return _A2A_HALOS.put(key, self._halos_uncached(lay, dims))
+
+    def _halos_uncached(self, lay, dims):
+        pre, post = self._uneven(lay, dims)
+        if not pre and not post:
+            return [], []
+        if not self.realign or len(pre) > 1 or len(post) > 1:
+            return None
+        after = self._core_apply(lay, dims)
+        if after is None:
+            return None
+        before = [HaloSlice(lay, lengths=p) for p in pre]
+        behind = [HaloSlice(after, lengths=p) for p in post]
+        if any(h._form(lay, dims) is None for h in before) or \
+                any(h._form(after, dims) is None for h in behind):
+            return None
+        return before, behind
 
     @property
     def group_size(self) -> int:
@@ -543,9 +594,17 @@ class AllToAll(Step):
         return out
 
     def apply(self, lay, dims):
-        return _applied(("all-to-all", self.moves), lay, tuple(dims), self._apply)
+        return _applied(("all-to-all", self.moves, self.realign), lay, tuple(dims),
+                        self._apply)
 
     def _apply(self, lay, dims):
+        out = self._core_apply(lay, dims)
+        if out is None or self._halos(lay, dims) is None:
+            return None  # an uneven dim that is not realigned
+        return out
+
+    def _core_apply(self, lay, dims):
+        """The layout after the exchange, uneven dims aside."""
         if not self.moves or any(f < 2 for _, _, f in self.moves):
             return None
         fa, fb = self._factors()
@@ -553,15 +612,8 @@ class AllToAll(Step):
             return None
         tiles = list(lay.tiles)
         for a, f in fa.items():
-            ta = tiles[a]
-            if ta % f:
+            if tiles[a] % f:
                 return None
-            if ta // f > 1 and f * -(-dims[a] // ta) != -(-dims[a] // (ta // f)):
-                return None  # the joined pieces are not the coarser tiles (uneven dim)
-        for b, f in fb.items():
-            tb = tiles[b]
-            if tb > 1 and -(-dims[b] // tb) != f * -(-dims[b] // (tb * f)):
-                return None  # a local tile does not split into the finer tiles
         coords = lay.coords.copy()
         for (a, b, f), part in zip(self.moves, self._parts(lay)):
             coords[:, b] = coords[:, b] * f + part
@@ -594,7 +646,17 @@ class AllToAll(Step):
 
     def cost(self, lay, dims, itemsize):
         size = _nbytes(self._padded_local(lay, dims), itemsize)
-        return bytes_per_device("all-to-all", size, size, self.group_size)
+        total = bytes_per_device("all-to-all", size, size, self.group_size)
+        before, behind = self._halos(lay, dims)
+        after = self._core_apply(lay, dims) if behind else None
+        return (total + sum(h.cost(lay, dims, itemsize) for h in before)
+                + sum(h.cost(after, dims, itemsize) for h in behind))
+
+    def count(self, lay, dims):
+        before, behind = self._halos(lay, dims)
+        after = self._core_apply(lay, dims) if behind else None
+        return (1 + sum(h.count(lay, dims) for h in before)
+                + sum(h.count(after, dims) for h in behind))
 
     def emit(self, ctx, x, lay, dims):
         """Split every receiving dim into (its factors, its new shard), exchange the factor
@@ -618,6 +680,9 @@ class AllToAll(Step):
         k = len(self.moves)
         fa, fb = self._factors()
         padded = self._padded_local(lay, dims)
+        before, behind = self._halos(lay, dims)
+        for h in before:
+            x = h.emit(ctx, x, lay, dims)
         x = pad_to(ctx, x, padded)
         # Split every receiving dim b into (its factors in move order, its new shard): the
         # rank grows by one axis per move.
@@ -665,6 +730,8 @@ class AllToAll(Step):
             y = bld.transpose(y, perm2)
         y = bld.reshape(y, merged)
         new = self.apply(lay, dims)
+        for h in behind:
+            y = h.emit(ctx, y, new, dims)
         return slice_to(ctx, y, _local(new.tiles, dims))
 
 
@@ -711,6 +778,7 @@ class Permute(Step):
 
 
 _HALO_FORMS = BoundedMemo(4096)  # (layout, target layout, dims) -> HaloSlice._form
+_A2A_HALOS = BoundedMemo(4096)  # (moves, layout, dims) -> AllToAll._halos
 
 
 class HaloSlice(Step):
@@ -725,15 +793,20 @@ class HaloSlice(Step):
     of 6 joined in pairs hold rows 0-3 and 4-7, not 3 each), cut from as they are."""
     collectives = 1
 
-    def __init__(self, to: Layout, join: tuple[int, int] | None = None) -> None:
+    def __init__(self, to: Layout, join: tuple[int, int] | None = None,
+                 lengths: tuple[int, int, int] | None = None) -> None:
         self.to = to
         self.join = join
+        # (dim, held, wanted): along ``dim`` the local buffer holds tiles of ``held`` rows
+        # and the result tiles of ``wanted`` rows (tile j from row j * length), not the
+        # sharding's own; only inside an all-to-all that realigns uneven tiles.
+        self.lengths = lengths
 
     def __repr__(self) -> str:
         return f"HaloSlice(to {self.to!r}, join={self.join!r})"
 
     def _form(self, lay: Layout, dims):
-        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join)
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join, self.lengths)
         if key in _HALO_FORMS:
             return _HALO_FORMS[key]
         return _HALO_FORMS.put(key, self._form_uncached(lay, dims))
@@ -753,6 +826,9 @@ class HaloSlice(Step):
             coords[:, gk] //= f
             tiles = tuple(t // f if j == gk else t for j, t in enumerate(tiles))
             lx[gk] *= f
+        if self.lengths is not None:
+            lk, held, wanted = self.lengths
+            lx[lk], ly[lk] = held, wanted
         holder = np.ravel_multi_index(tuple(coords.T), tiles).astype(np.int64) \
             if tiles else np.zeros(n, np.int64)
         empty = np.zeros(n, bool)  # the whole target tile is padding
@@ -766,6 +842,8 @@ class HaloSlice(Step):
             empty |= ys[k] >= d
         halo = [k for k in range(rank)
                 if not np.all(empty | ((xs[k] <= ys[k]) & (ye[k] <= xe[k])))]
+        if self.lengths is not None and not halo:
+            halo = [self.lengths[0]]  # a realignment that happens to need no rows
         if len(halo) != 1:
             return None  # a plain slice (or halos on two dims: corners, not handled)
         k = halo[0]
@@ -1088,12 +1166,13 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
 
 
 def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
-             halo: bool = False) -> list[Step] | None:
+             halo: bool = False, realign: bool = False) -> list[Step] | None:
     """The steps of ``spec`` from ``src``, slices choosing ``dst``'s tiles where they can,
     and a final permute if the result is not ``dst``. Moves and gathers that do not work
     on an uneven dim are replaced by gathering the dim whole and slicing afterwards;
     ``halo``: the last step is a HaloSlice onto ``dst`` instead (None if it does not
-    apply)."""
+    apply); ``realign``: moves on uneven dims realign the tiles by halo exchanges instead
+    (AllToAll.realign)."""
     steps: list[Step] = []
     lay = src
     if any(h > 1 for h in spec.pre):
@@ -1114,11 +1193,12 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
         lay = new
     moves = []
     for mv in spec.moves:
-        if AllToAll((mv,)).apply(lay, dims) is not None:
+        if AllToAll((mv,), realign).apply(lay, dims) is not None:
             moves.append(mv)
     dropped = [mv for mv in spec.moves if mv not in moves]
     if moves:
-        groups = [AllToAll(tuple(moves))] if spec.combine else [AllToAll((m,)) for m in moves]
+        groups = ([AllToAll(tuple(moves), realign)] if spec.combine
+                  else [AllToAll((m,), realign) for m in moves])
         for st in groups:
             new = st.apply(lay, dims)
             if new is None:
@@ -1303,9 +1383,16 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
     """The plan of ``spec`` with a final permute if needed, and with the permute moved to
     the start (on the source shards) when a pre-image exists."""
     steps = _realize(spec, src, dst, dims)
-    # (The halo variant last: on a tie the plans without it win.)
+    # (The halo variants last: on a tie the plans without them win.)
     halo = _realize(spec, src, dst, dims, halo=True)
     last = [] if halo is None else [halo]
+    if spec.moves:
+        # Uneven moves realigned by halo exchanges instead of gathering their dims whole.
+        realigned = _realize(spec, src, dst, dims, realign=True)
+        if realigned is not None and any(isinstance(st, AllToAll) and st.realign and
+                                         st._uneven(lay, dims) != ([], [])
+                                         for st, lay in _walk(realigned, src, dims)):
+            last.append(realigned)
     if steps is None:
         yield from _simulated(last, src, dst, dims, itemsize)
         return
@@ -1320,6 +1407,16 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
                 first = [] if start.same_as(src) else [Permute(start)]
                 variants.append(first + replayed[0])
     yield from _simulated(variants + last, src, dst, dims, itemsize)
+
+
+def _walk(steps: list[Step], src: Layout, dims):
+    """(step, the layout it starts from) along ``steps``."""
+    lay = src
+    for st in steps:
+        yield st, lay
+        lay = st.apply(lay, dims)
+        if lay is None:
+            return
 
 
 def _simulated(variants, src: Layout, dst: Layout, dims, itemsize):
