@@ -462,3 +462,18 @@ ENTRY e {
     # halo row 1x2 (8 B) + all-to-all of the [4,2] padded tile over 2 (16 B) + halo column
     # 2x1 (8 B) + the device-order permute of the [2,3] tile (24 B).
     assert ours == 8 + 16 + 8 + 24, ours
+
+
+def test_uneven_gather_to_partial_replicate_permutes_pieces_then_reduces_in_groups():
+    # Rows of 2 on 8 devices (only devices 0 and 1 hold a row) -> 2 row tiles, 4 copies
+    # each: device 1's row goes to device 4 (the first of its tile's holders), then each
+    # group of 4 sums its one data piece; not an all-reduce of both rows over all 8.
+    text = """HloModule m
+ENTRY e {
+  p = f32[2,123] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT r = f32[2,1,123] reshape(p), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    out, ours = check(text, 8)
+    # permute of a [1,123] f32 row (492 B) + all-reduce of it over 4: 2 * 3/4 * 492 B.
+    assert ours == 492 + 738, ours

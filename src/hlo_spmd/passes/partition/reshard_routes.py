@@ -417,27 +417,93 @@ def _frozen_copy(a: np.ndarray) -> np.ndarray:
 
 
 class AllGather(Step):
-    """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index)."""
+    """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index).
+
+    ``realign`` (uneven dims, where the joined tiles are not the coarser tiles: 8 tiles
+    of 1 row of 2 joined in fours hold rows 0-3 and 4-7, not 0 and 1): first one
+    collective-permute brings every group member its piece of the coarser tile (member m
+    of group J: ``p`` rows from J * coarse + m * p, p = coarse / factor rounded up, each
+    piece inside one source tile), then the pieces are joined (XLA's halo exchange with
+    padding ahead of a partially replicated target)."""
     collectives = 1
 
-    def __init__(self, dim: int, factor: int) -> None:
+    def __init__(self, dim: int, factor: int, realign: bool = False) -> None:
         self.dim = dim
         self.factor = factor
+        self.realign = realign
 
     def __repr__(self) -> str:
-        return f"AllGather(dim={self.dim!r}, factor={self.factor!r})"
+        return f"AllGather(dim={self.dim!r}, factor={self.factor!r}, realign={self.realign!r})"
 
     def apply(self, lay, dims):
-        return _applied(("all-gather", self.dim, self.factor), lay, tuple(dims), self._apply)
+        return _applied(("all-gather", self.dim, self.factor, self.realign), lay, tuple(dims),
+                        self._apply)
+
+    def _uneven(self, lay, dims) -> bool:
+        t, f, d = lay.tiles[self.dim], self.factor, dims[self.dim]
+        return t // f > 1 and f * -(-d // t) != -(-d // (t // f))
+
+    def _recut(self, lay, dims):
+        """(piece rows, pairs or None when every piece is already local, per-device offset
+        of the piece to send in the local tile, data members per group) for a realigning
+        gather; None when a piece spans two source tiles or holders do not suffice."""
+        key = (("all-gather-recut", self.dim, self.factor), lay.key, tuple(dims))
+        if key in _RECUTS:
+            return _RECUTS[key]
+        return _RECUTS.put(key, self._recut_uncached(lay, dims))
+
+    def _recut_uncached(self, lay, dims):
+        k, f = self.dim, self.factor
+        t, d = lay.tiles[k], int(dims[k])
+        length = -(-d // t)
+        coarse = -(-d // (t // f))
+        p = -(-coarse // f)
+        c = lay.coords[:, k]
+        group, member = c // f, c % f
+        start = group * coarse + member * p
+        end = np.minimum(np.minimum(start + p, (group + 1) * coarse), d)
+        valid = start < end
+        src_tile = start // length
+        if np.any(valid & (end > (src_tile + 1) * length)):
+            return None  # a piece spans two source tiles
+        need = lay.coords.copy()
+        need[:, k] = np.where(valid, src_tile, c)
+        own = lay.tile_ids()
+        want = np.ravel_multi_index(tuple(need.T), lay.tiles).astype(np.int64)
+        mine = valid & (want == own)
+        recv = np.nonzero(valid & ~mine)[0]
+        off = np.where(valid, start - src_tile * length, 0)
+        send = np.zeros(lay.num_devices, np.int64)
+        send[mine] = off[mine]
+        pairs = None
+        if recv.size:
+            # A device keeping its own piece sends it to itself; others serve receivers.
+            holders = np.where(mine, -1, own)
+            moved = _match_holders(holders, recv, want[recv])
+            if moved is None:
+                return None
+            send[moved[:, 0]] = off[moved[:, 1]]
+            keep = np.nonzero(mine)[0]
+            pairs = np.concatenate([np.stack([keep, keep], axis=1), moved]).astype(np.int64)
+            pairs.flags.writeable = False
+        send.flags.writeable = False
+        # (Members with a piece come first in every group.)
+        counts = np.bincount(np.ravel_multi_index(
+            tuple(np.concatenate([lay.coords[:, :k], group[:, None], lay.coords[:, k + 1:]],
+                                 axis=1).T),
+            tuple(lay.tiles[:k]) + (t // f,) + tuple(lay.tiles[k + 1:])), weights=valid)
+        return p, pairs, send, int(counts.max()) if counts.size else 0
 
     def _apply(self, lay, dims):
         t = lay.tiles[self.dim]
         f = self.factor
         if f < 2 or t % f:
             return None
-        d = dims[self.dim]
-        if t // f > 1 and f * -(-d // t) != -(-d // (t // f)):
-            return None  # the joined tiles would not be the coarser tiles (uneven dim)
+        if self._uneven(lay, dims):
+            if not self.realign or self._recut(lay, dims) is None:
+                return None  # the joined tiles would not be the coarser tiles (uneven dim)
+        elif self.realign:
+            return None  # (nothing to realign: the plain gather)
         coords = lay.coords.copy()
         coords[:, self.dim] //= f
         tiles = list(lay.tiles)
@@ -455,7 +521,9 @@ class AllGather(Step):
     def data_tiles(self, lay, dims) -> int:
         """How many of the joined tiles hold data when the whole dim is joined and the
         trailing ones are all padding (a size-1 slice of a stage-sharded dim: only tile 0);
-        ``factor`` otherwise."""
+        ``factor`` otherwise. Realigning: the members holding a piece."""
+        if self.realign:
+            return self._recut(lay, dims)[3]
         t, d = lay.tiles[self.dim], int(dims[self.dim])
         if t != self.factor:
             return self.factor
@@ -467,8 +535,21 @@ class AllGather(Step):
         (f-1) tiles, i.e. when fewer than half of the tiles hold data."""
         return 2 * self.data_tiles(lay, dims) < self.factor
 
+    def count(self, lay, dims):
+        return 1 + (self.realign and self._recut(lay, dims)[1] is not None)
+
     def cost(self, lay, dims, itemsize):
         local = list(_local(lay.tiles, dims))
+        total = 0.0
+        if self.realign:
+            p, pairs, _, _ = self._recut(lay, dims)
+            local[self.dim] = p
+            if pairs is not None:
+                size = _nbytes(local, itemsize)
+                total = bytes_per_device("collective-permute", size, size, 2)
+        return total + self._join_cost(lay, dims, itemsize, local)
+
+    def _join_cost(self, lay, dims, itemsize, local):
         part = _nbytes(local, itemsize)
         if self.masked(lay, dims):
             k = part * self.data_tiles(lay, dims)
@@ -477,8 +558,25 @@ class AllGather(Step):
         return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
 
     def emit(self, ctx, x, lay, dims):
-        from hlo_spmd.passes.partition.reshard import slice_to
+        from hlo_spmd.passes.partition.reshard import pad_to, slice_to
 
+        if self.realign:
+            # Each device cuts the piece it sends (pad first: a piece may run past the
+            # tile's end, into padding); one permute brings every member its piece.
+            p, pairs, send, _ = self._recut(lay, dims)
+            local = list(x.shape.dims)
+            if p != local[self.dim] or send.any():  # (else every piece is the whole tile)
+                padded = list(local)
+                padded[self.dim] += p
+                x = pad_to(ctx, x, padded)
+                sizes = list(local)
+                sizes[self.dim] = p
+                zero = ctx.b.constant(np.int64(0), PrimitiveType.S32)
+                starts = [zero] * len(local)
+                starts[self.dim] = ctx.logical_table(send)
+                x = ctx.b.dynamic_slice(x, starts, sizes)
+            if pairs is not None:
+                x = ctx.f.collective_permute(x, pairs)
         if self.masked(lay, dims):
             x = self._masked_sum(ctx, x, lay, dims)
         else:
@@ -778,6 +876,7 @@ class Permute(Step):
 
 
 _HALO_FORMS = BoundedMemo(4096)  # (layout, target layout, dims) -> HaloSlice._form
+_RECUTS = BoundedMemo(4096)  # (gather, layout, dims) -> AllGather._recut
 _A2A_HALOS = BoundedMemo(4096)  # (moves, layout, dims) -> AllToAll._halos
 
 
@@ -1211,6 +1310,9 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
     join = None
     for k in sorted(gathers):
         st = AllGather(k, gathers[k])
+        if st.apply(lay, dims) is None and realign and \
+                AllGather(k, gathers[k], True).apply(lay, dims) is not None:
+            st = AllGather(k, gathers[k], True)
         if st.apply(lay, dims) is None:
             if lay.tiles[k] < 2:
                 continue
@@ -1386,12 +1488,14 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
     # (The halo variants last: on a tie the plans without them win.)
     halo = _realize(spec, src, dst, dims, halo=True)
     last = [] if halo is None else [halo]
-    if spec.moves:
-        # Uneven moves realigned by halo exchanges instead of gathering their dims whole.
+    if spec.moves or spec.gathers or spec.early:
+        # Uneven moves and gathers realigned by halo exchanges / a permute instead of
+        # gathering their dims whole.
         realigned = _realize(spec, src, dst, dims, realign=True)
-        if realigned is not None and any(isinstance(st, AllToAll) and st.realign and
-                                         st._uneven(lay, dims) != ([], [])
-                                         for st, lay in _walk(realigned, src, dims)):
+        if realigned is not None and any(
+                (isinstance(st, AllToAll) and st.realign and st._uneven(lay, dims) != ([], []))
+                or (isinstance(st, AllGather) and st.realign)
+                for st, lay in _walk(realigned, src, dims)):
             last.append(realigned)
     if steps is None:
         yield from _simulated(last, src, dst, dims, itemsize)
