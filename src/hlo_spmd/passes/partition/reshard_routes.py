@@ -13,10 +13,13 @@ kinds of steps, each checked exactly (uneven dims included) before it is used:
               one collective-permute per side (XLA's halo exchange in its partially
               replicated -> tiled reshard);
   all-gather  ``f`` neighbouring tiles of one dim are joined within groups of ``f``
-              devices (XLA's ReshardToPartialReplicateWithAllGather);
+              devices (XLA's ReshardToPartialReplicateWithAllGather); on an uneven dim
+              one collective-permute first brings each member its piece of the coarser
+              tile;
   all-to-all  a factor ``f`` of the tiling moves from dim ``a`` to dim ``b``; several
               moves (2-D swaps, one dim to two) share one all-to-all (XLA's
-              ReshardWithAllToAll); uneven dims are padded first and sliced after;
+              ReshardWithAllToAll); uneven dims are padded first and sliced after, their
+              tiles re-cut by halo exchanges where they do not split or join evenly;
   permute     same tiling, different devices: one collective-permute whose pairs come
               from matching the holders of every tile (XLA's ReshardWithCollectivePermute).
 
