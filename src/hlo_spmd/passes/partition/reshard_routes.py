@@ -1491,7 +1491,7 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
     # (The halo variants last: on a tie the plans without them win.)
     halo = _realize(spec, src, dst, dims, halo=True)
     last = [] if halo is None else [halo]
-    if spec.moves or spec.gathers or spec.early:
+    if _fell_back(spec, steps):
         # Uneven moves and gathers realigned by halo exchanges / a permute instead of
         # gathering their dims whole.
         realigned = _realize(spec, src, dst, dims, realign=True)
@@ -1514,6 +1514,18 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
                 first = [] if start.same_as(src) else [Permute(start)]
                 variants.append(first + replayed[0])
     yield from _simulated(variants + last, src, dst, dims, itemsize)
+
+
+def _fell_back(spec: _Spec, steps: list[Step] | None) -> bool:
+    """Whether realizing ``spec`` dropped a move or gathered a dim whole instead of the
+    spec's factor (an uneven dim): only then can realigning give another plan."""
+    if not (spec.moves or spec.gathers or spec.early):
+        return False
+    if steps is None:
+        return True
+    moved = sum(len(st.moves) for st in steps if isinstance(st, AllToAll))
+    joined = sorted((st.dim, st.factor) for st in steps if isinstance(st, AllGather))
+    return moved != len(spec.moves) or joined != sorted(spec.gathers + spec.early)
 
 
 def _walk(steps: list[Step], src: Layout, dims):
