@@ -410,3 +410,70 @@ ENTRY %main (x: f32[{rows},2]) -> f32[{rows},2] {{
     out, ours = check(text, 8)
     assert sum(i.opcode == "collective-permute" for c in out.computations
                for i in c.instructions) <= 4, out
+
+
+# -- uneven partially replicated <-> tiled: one all-to-all, not the replicated value ---------
+def test_partial_replicate_to_tile_uneven_moves_the_tiled_dim_by_all_to_all():
+    # Columns in 2 halves (3 copies each) -> rows in 2 and columns in 3 (8 -> 3,3,2): the
+    # column halves move to rows in one all-to-all, the 3 column tiles are cut locally.
+    text = """HloModule m
+ENTRY e {
+  p = f32[8,8] parameter(0), sharding={devices=[1,2,3]<=[6] last_tile_dim_replicate}
+  ROOT c = f32[8,8] copy(p), sharding={devices=[2,3]<=[6]}
+}
+"""
+    out, ours = check(text, 6)
+    # all-to-all of the [8,4] f32 tile within pairs: (1/2) * 128 B.
+    assert ours == 64, ours
+    assert [i.opcode for i in out.instructions()].count("all-to-all") == 1
+
+
+def test_tile_to_partial_replicate_uneven_gathers_then_all_to_all():
+    # Rows in 2, columns in 3 -> columns in 2 (3 copies): the uneven column tiles are
+    # gathered (padded 9 -> 8), then the row halves move to columns in one all-to-all.
+    text = """HloModule m
+ENTRY e {
+  p = f32[8,8] parameter(0), sharding={devices=[2,3]<=[6]}
+  ROOT c = f32[8,8] copy(p), sharding={devices=[1,2,3]<=[6] last_tile_dim_replicate}
+}
+"""
+    out, ours = check(text, 6)
+    # all-gather [4,3] -> [4,9] over 3: (2/3) * 144 B = 96 B; all-to-all of [4,8] over 2:
+    # (1/2) * 128 B = 64 B.
+    assert ours == 96 + 64, ours
+
+
+def test_uneven_all_to_all_realigns_tiles_by_halo_exchange():
+    # [5,5] on 2 x 4 (tiles of 3 x 2) -> 4 x 2 (tiles of 2 x 3): the column factor moves to
+    # the rows in one all-to-all; the row tiles of 3 are first re-cut to 4 (one row from
+    # the next tile) and the joined column tiles of 4 after it to 3 (one column from the
+    # previous tile), as XLA pads an uneven all-to-all; not two all-gathers.
+    text = """HloModule m
+ENTRY e {
+  p = f32[5,5] parameter(0), sharding={devices=[4,2]<=[8]}
+  a = f32[5,5] add(p, p), sharding={devices=[4,2]<=[8]}
+  t = f32[5,5]{0,1} transpose(a), dimensions={1,0}, sharding={devices=[2,4]<=[4,2]T(1,0)}
+  ROOT r = f32[5,5] add(a, t), sharding={devices=[4,2]<=[8]}
+}
+"""
+    out, ours = check(text, 8)
+    ops = [i.opcode for i in out.instructions()]
+    assert "all-gather" not in ops and ops.count("all-to-all") == 1, ops
+    # halo row 1x2 (8 B) + all-to-all of the [4,2] padded tile over 2 (16 B) + halo column
+    # 2x1 (8 B) + the device-order permute of the [2,3] tile (24 B).
+    assert ours == 8 + 16 + 8 + 24, ours
+
+
+def test_uneven_gather_to_partial_replicate_permutes_pieces_then_reduces_in_groups():
+    # Rows of 2 on 8 devices (only devices 0 and 1 hold a row) -> 2 row tiles, 4 copies
+    # each: device 1's row goes to device 4 (the first of its tile's holders), then each
+    # group of 4 sums its one data piece; not an all-reduce of both rows over all 8.
+    text = """HloModule m
+ENTRY e {
+  p = f32[2,123] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT r = f32[2,1,123] reshape(p), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    out, ours = check(text, 8)
+    # permute of a [1,123] f32 row (492 B) + all-reduce of it over 4: 2 * 3/4 * 492 B.
+    assert ours == 492 + 738, ours

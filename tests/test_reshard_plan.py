@@ -77,8 +77,9 @@ def _tiled(draw, n: int, rank: int, last: ShardingType | None) -> HloSharding:
     """A tile assignment over ``n`` devices (random factors per dim, random device order);
     ``last``: the kind of the extra subgroup dim (None: plain tiled)."""
     tiles = [1] * (rank + 1)
-    for _ in range(int(math.log2(n))):
-        tiles[draw(st.integers(0, rank if last is not None else rank - 1))] *= 2
+    # (6 devices: a factor 2 and a factor 3, so uneven dims meet 3-way tilings.)
+    for f in ((2, 3) if n == 6 else [2] * int(math.log2(n))):
+        tiles[draw(st.integers(0, rank if last is not None else rank - 1))] *= f
     order = draw(st.sampled_from(["iota", "random"]))
     devices = np.arange(n) if order == "iota" else np.asarray(draw(st.permutations(range(n))))
     arr = devices.reshape(tiles)
@@ -91,8 +92,8 @@ def _tiled(draw, n: int, rank: int, last: ShardingType | None) -> HloSharding:
 
 
 @st.composite
-def plan_cases(draw):
-    n = draw(st.sampled_from([4, 8]))
+def plan_cases(draw, six: bool = False):
+    n = 6 if six else draw(st.sampled_from([4, 8]))
     rank = draw(st.integers(1, 3))
     dims = draw(st.lists(st.integers(1, 12), min_size=rank, max_size=rank))
 
@@ -148,6 +149,27 @@ def test_peak_is_the_largest_array_the_emitted_program_makes(case):
 def test_peak_examples(dims, src, dst, peak):
     src, dst = parse_sharding(src), parse_sharding(dst)
     assert reshard_peak(dims, 4.0, src, dst, 4) == peak == largest_made(dims, src, dst, 4)
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(plan_cases(six=True))
+def test_price_is_what_the_emitted_program_moves_on_six_devices(case):
+    """Uneven tiles (2 x 3 meshes): realigning all-to-alls and halo slices priced as
+    emitted."""
+    dims, src, dst, n, et = case
+    got, _ = emitted(dims, src, dst, n, et)
+    price = reshard_cost(dims, element_bytes(et), src, dst, n)
+    assert price == pytest.approx(got), reshard_plan(dims, element_bytes(et), src, dst, n)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(plan_cases(six=True))
+def test_peak_is_the_largest_array_the_emitted_program_makes_on_six_devices(case):
+    """Uneven tiles: the realigning pieces and halos count in the peak as emitted."""
+    dims, src, dst, n, et = case
+    peak = reshard_peak(dims, element_bytes(et), src, dst, n)
+    assert peak == largest_made(dims, src, dst, n, et), \
+        reshard_plan(dims, element_bytes(et), src, dst, n)
 
 
 @pytest.mark.parametrize("src,dst,kinds", [

@@ -37,7 +37,8 @@ from hlo_spmd.passes.partition.context import PartitionContext  # noqa: E402
 from hlo_spmd.passes.partition.state import ModuleState, PartitionReport  # noqa: E402
 from hlo_spmd.passes.partition.pvalue import PValue  # noqa: E402
 from hlo_spmd.passes.partition.reshard import reshard  # noqa: E402
-from hlo_spmd.passes.partition.reshard_routes import HaloSlice, layout_of, plan_reshard  # noqa: E402,E501
+from hlo_spmd.passes.partition.reshard_routes import (AllToAll, HaloSlice,  # noqa: E402
+                                                      layout_of, plan_reshard)
 from hlo_spmd.proto import hlo_pb2  # noqa: E402
 from hlo_spmd.sharding import HloSharding, parse_sharding, tile_shape  # noqa: E402
 
@@ -146,6 +147,37 @@ def test_random_reshards_other_element_types(case, et):
     run_case(dims, src, dst, n, et)
 
 
+@st.composite
+def shardings_2x3(draw, rank: int) -> HloSharding:
+    """Tiled or partially replicated over 6 devices: a factor 2 and a factor 3, each on a
+    data dim or the replication dim, so uneven dims meet 3-way tilings."""
+    tiles = [1] * (rank + 1)
+    for f in (2, 3):
+        tiles[draw(st.integers(0, rank))] *= f
+    order = draw(st.sampled_from(["iota", "random"]))
+    devices = np.arange(6) if order == "iota" else np.asarray(draw(st.permutations(range(6))))
+    arr = devices.reshape(tiles)
+    if tiles[-1] > 1:
+        return HloSharding.partial_tile(arr)
+    return HloSharding.tile(arr.reshape(tiles[:-1]))
+
+
+@st.composite
+def cases_2x3(draw):
+    rank = draw(st.integers(1, 3))
+    dims = draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank))
+    return dims, draw(shardings_2x3(rank)), draw(shardings_2x3(rank)), 6
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases_2x3())
+def test_random_reshards_on_six_devices_preserve_the_value(case):
+    """2 x 3 meshes: tiles of uneven sizes (8 -> 3,3,2) on both sides of the reshard."""
+    dims, src, dst, n = case
+    run_case(dims, src, dst, n)
+
+
 @pytest.mark.slow
 @settings(max_examples=1500, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -203,8 +235,12 @@ def test_plans_are_well_formed(case):
         return
     assert best.layouts[-1].same_as(b)
     check_plan_well_formed(best, a, dims)
+    # A halo slice: a join and a permute per side; a realigning all-to-all: a permute per
+    # side of its halo before and after.
     assert best.cost >= 0 and best.collectives <= sum(
-        3 if isinstance(s, HaloSlice) else 1 for s in best.steps)  # join + a permute per side
+        3 if isinstance(s, HaloSlice) else 5 if isinstance(s, AllToAll) and s.realign
+        else 2 if getattr(s, "realign", False) else 1
+        for s in best.steps)
 
 
 # -- which collectives the canonical cases use ---------------------------------------------
@@ -246,6 +282,20 @@ CANONICAL = [
      {"all-to-all": 1, "collective-permute": 1}),
     ([8, 8], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "{devices=[1,4]<=[4]}", 4,
      {"all-to-all": 1}),
+    # Uneven: a dim gives its tiling away and is cut 3-way after; a dim's uneven 3-way
+    # tiling is gathered before it takes the other dim's.
+    ([8, 8], "{devices=[1,2,3]<=[6] last_tile_dim_replicate}", "{devices=[2,3]<=[6]}", 6,
+     {"all-to-all": 1}),
+    ([8, 8], "{devices=[2,3]<=[6]}", "{devices=[1,2,3]<=[6] last_tile_dim_replicate}", 6,
+     {"all-gather": 1, "all-to-all": 1}),
+    # Uneven all-to-all: the receiving dim's tiles of 3 re-cut to 4 by a halo before it,
+    # the giving dim's joined tiles of 4 re-cut to 3 after it, then the device order.
+    ([5, 5], "{devices=[2,4]<=[4,2]T(1,0)}", "{devices=[4,2]<=[8]}", 8,
+     {"all-to-all": 1, "collective-permute": 3}),
+    # Uneven gather: 8 tiles of 1 row of 2 joined in fours; each group's row arrives at
+    # one member by a permute, then the group sums its one data piece.
+    ([2, 6], "{devices=[8,1]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 8,
+     {"collective-permute": 1, "all-reduce": 1}),
 ]
 
 

@@ -13,10 +13,13 @@ kinds of steps, each checked exactly (uneven dims included) before it is used:
               one collective-permute per side (XLA's halo exchange in its partially
               replicated -> tiled reshard);
   all-gather  ``f`` neighbouring tiles of one dim are joined within groups of ``f``
-              devices (XLA's ReshardToPartialReplicateWithAllGather);
+              devices (XLA's ReshardToPartialReplicateWithAllGather); on an uneven dim
+              one collective-permute first brings each member its piece of the coarser
+              tile;
   all-to-all  a factor ``f`` of the tiling moves from dim ``a`` to dim ``b``; several
               moves (2-D swaps, one dim to two) share one all-to-all (XLA's
-              ReshardWithAllToAll); uneven dims are padded first and sliced after;
+              ReshardWithAllToAll); uneven dims are padded first and sliced after, their
+              tiles re-cut by halo exchanges where they do not split or join evenly;
   permute     same tiling, different devices: one collective-permute whose pairs come
               from matching the holders of every tile (XLA's ReshardWithCollectivePermute).
 
@@ -442,27 +445,93 @@ def _frozen_copy(a: np.ndarray) -> np.ndarray:
 
 
 class AllGather(Step):
-    """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index)."""
+    """Join ``factor`` neighbouring tiles of ``dim`` (the minor part of its tile index).
+
+    ``realign`` (uneven dims, where the joined tiles are not the coarser tiles: 8 tiles
+    of 1 row of 2 joined in fours hold rows 0-3 and 4-7, not 0 and 1): first one
+    collective-permute brings every group member its piece of the coarser tile (member m
+    of group J: ``p`` rows from J * coarse + m * p, p = coarse / factor rounded up, each
+    piece inside one source tile), then the pieces are joined (XLA's halo exchange with
+    padding ahead of a partially replicated target)."""
     collectives = 1
 
-    def __init__(self, dim: int, factor: int) -> None:
+    def __init__(self, dim: int, factor: int, realign: bool = False) -> None:
         self.dim = dim
         self.factor = factor
+        self.realign = realign
 
     def __repr__(self) -> str:
-        return f"AllGather(dim={self.dim!r}, factor={self.factor!r})"
+        return f"AllGather(dim={self.dim!r}, factor={self.factor!r}, realign={self.realign!r})"
 
     def apply(self, lay, dims):
-        return _applied(("all-gather", self.dim, self.factor), lay, tuple(dims), self._apply)
+        return _applied(("all-gather", self.dim, self.factor, self.realign), lay, tuple(dims),
+                        self._apply)
+
+    def _uneven(self, lay, dims) -> bool:
+        t, f, d = lay.tiles[self.dim], self.factor, dims[self.dim]
+        return t // f > 1 and f * -(-d // t) != -(-d // (t // f))
+
+    def _recut(self, lay, dims):
+        """(piece rows, pairs or None when every piece is already local, per-device offset
+        of the piece to send in the local tile, data members per group) for a realigning
+        gather; None when a piece spans two source tiles or holders do not suffice."""
+        key = (("all-gather-recut", self.dim, self.factor), lay.key, tuple(dims))
+        if key in _RECUTS:
+            return _RECUTS[key]
+        return _RECUTS.put(key, self._recut_uncached(lay, dims))
+
+    def _recut_uncached(self, lay, dims):
+        k, f = self.dim, self.factor
+        t, d = lay.tiles[k], int(dims[k])
+        length = -(-d // t)
+        coarse = -(-d // (t // f))
+        p = -(-coarse // f)
+        c = lay.coords[:, k]
+        group, member = c // f, c % f
+        start = group * coarse + member * p
+        end = np.minimum(np.minimum(start + p, (group + 1) * coarse), d)
+        valid = start < end
+        src_tile = start // length
+        if np.any(valid & (end > (src_tile + 1) * length)):
+            return None  # a piece spans two source tiles
+        need = lay.coords.copy()
+        need[:, k] = np.where(valid, src_tile, c)
+        own = lay.tile_ids()
+        want = np.ravel_multi_index(tuple(need.T), lay.tiles).astype(np.int64)
+        mine = valid & (want == own)
+        recv = np.nonzero(valid & ~mine)[0]
+        off = np.where(valid, start - src_tile * length, 0)
+        send = np.zeros(lay.num_devices, np.int64)
+        send[mine] = off[mine]
+        pairs = None
+        if recv.size:
+            # A device keeping its own piece sends it to itself; others serve receivers.
+            holders = np.where(mine, -1, own)
+            moved = _match_holders(holders, recv, want[recv])
+            if moved is None:
+                return None
+            send[moved[:, 0]] = off[moved[:, 1]]
+            keep = np.nonzero(mine)[0]
+            pairs = np.concatenate([np.stack([keep, keep], axis=1), moved]).astype(np.int64)
+            pairs.flags.writeable = False
+        send.flags.writeable = False
+        # (Members with a piece come first in every group.)
+        counts = np.bincount(np.ravel_multi_index(
+            tuple(np.concatenate([lay.coords[:, :k], group[:, None], lay.coords[:, k + 1:]],
+                                 axis=1).T),
+            tuple(lay.tiles[:k]) + (t // f,) + tuple(lay.tiles[k + 1:])), weights=valid)
+        return p, pairs, send, int(counts.max()) if counts.size else 0
 
     def _apply(self, lay, dims):
         t = lay.tiles[self.dim]
         f = self.factor
         if f < 2 or t % f:
             return None
-        d = dims[self.dim]
-        if t // f > 1 and f * -(-d // t) != -(-d // (t // f)):
-            return None  # the joined tiles would not be the coarser tiles (uneven dim)
+        if self._uneven(lay, dims):
+            if not self.realign or self._recut(lay, dims) is None:
+                return None  # the joined tiles would not be the coarser tiles (uneven dim)
+        elif self.realign:
+            return None  # (nothing to realign: the plain gather)
         coords = lay.coords.copy()
         coords[:, self.dim] //= f
         tiles = list(lay.tiles)
@@ -480,7 +549,9 @@ class AllGather(Step):
     def data_tiles(self, lay, dims) -> int:
         """How many of the joined tiles hold data when the whole dim is joined and the
         trailing ones are all padding (a size-1 slice of a stage-sharded dim: only tile 0);
-        ``factor`` otherwise."""
+        ``factor`` otherwise. Realigning: the members holding a piece."""
+        if self.realign:
+            return self._recut(lay, dims)[3]
         t, d = lay.tiles[self.dim], int(dims[self.dim])
         if t != self.factor:
             return self.factor
@@ -492,8 +563,21 @@ class AllGather(Step):
         (f-1) tiles, i.e. when fewer than half of the tiles hold data."""
         return 2 * self.data_tiles(lay, dims) < self.factor
 
+    def count(self, lay, dims):
+        return 1 + (self.realign and self._recut(lay, dims)[1] is not None)
+
     def cost(self, lay, dims, itemsize):
         local = list(_local(lay.tiles, dims))
+        total = 0.0
+        if self.realign:
+            p, pairs, _, _ = self._recut(lay, dims)
+            local[self.dim] = p
+            if pairs is not None:
+                size = _nbytes(local, itemsize)
+                total = bytes_per_device("collective-permute", size, size, 2)
+        return total + self._join_cost(lay, dims, itemsize, local)
+
+    def _join_cost(self, lay, dims, itemsize, local):
         part = _nbytes(local, itemsize)
         if self.masked(lay, dims):
             k = part * self.data_tiles(lay, dims)
@@ -505,11 +589,34 @@ class AllGather(Step):
         # the gathered (or, masked, the summed span of the data tiles) array; the slice
         # of the padding that follows is smaller
         local = list(_local(lay.tiles, dims))
+        held = list(local)
         local[self.dim] *= self.data_tiles(lay, dims) if self.masked(lay, dims) else \
             self.factor
-        return _nbytes(local, itemsize)
+        peak = _nbytes(local, itemsize)
+        recut = self._recut(lay, dims) if self.realign else None
+        if recut is not None:  # the tile padded to hold the piece it sends
+            held[self.dim] += recut[0]
+            peak = max(peak, _nbytes(held, itemsize))
+        return peak
 
     def emit(self, ctx, x, lay, dims):
+        if self.realign:
+            # Each device cuts the piece it sends (pad first: a piece may run past the
+            # tile's end, into padding); one permute brings every member its piece.
+            p, pairs, send, _ = self._recut(lay, dims)
+            local = list(x.shape.dims)
+            if p != local[self.dim] or send.any():  # (else every piece is the whole tile)
+                padded = list(local)
+                padded[self.dim] += p
+                x = pad_to(ctx, x, padded)
+                sizes = list(local)
+                sizes[self.dim] = p
+                zero = ctx.b.constant(np.int64(0), PrimitiveType.S32)
+                starts = [zero] * len(local)
+                starts[self.dim] = ctx.logical_table(send)
+                x = ctx.b.dynamic_slice(x, starts, sizes)
+            if pairs is not None:
+                x = ctx.f.collective_permute(x, pairs)
         if self.masked(lay, dims):
             x = self._masked_sum(ctx, x, lay, dims)
         else:
@@ -543,14 +650,65 @@ class AllGather(Step):
 class AllToAll(Step):
     """Tiling factors move between dims in one all-to-all: for each ``(a, b, f)`` the next
     minor factor ``f`` of dim ``a``'s tile index becomes the next minor factor of dim
-    ``b``'s. A dim may give to several dims or receive from several; no dim does both."""
+    ``b``'s. A dim may give to several dims or receive from several; no dim does both.
+
+    Uneven dims (``realign``, XLA's ReshardWithAllToAll on padded shapes): when a local
+    tile of a receiving dim does not split into the finer tiles (5 rows in 2 tiles of 3
+    -> 4 tiles of 2 need tiles of 4), a halo exchange first re-cuts it to ``f`` finer
+    tiles' worth of rows; when the joined tiles of a giving dim are not its coarser tiles
+    (4 tiles of 2 joined in pairs hold rows 0-3 and 4-7, not 3 each), a halo exchange
+    after it re-cuts them (HaloSlice with explicit tile lengths). One such dim per side."""
     collectives = 1
 
-    def __init__(self, moves: tuple[tuple[int, int, int], ...]) -> None:
+    def __init__(self, moves: tuple[tuple[int, int, int], ...], realign: bool = False) -> None:
         self.moves = moves
+        self.realign = realign
 
     def __repr__(self) -> str:
-        return f"AllToAll(moves={self.moves!r})"
+        return f"AllToAll(moves={self.moves!r}, realign={self.realign!r})"
+
+    def _uneven(self, lay: Layout, dims) -> tuple[list[tuple[int, int, int]],
+                                                  list[tuple[int, int, int]]]:
+        """(receiving dims re-cut before, giving dims re-cut after) as (dim, held rows,
+        wanted rows) per local tile."""
+        fa, fb = self._factors()
+        pre, post = [], []
+        for b, f in fb.items():
+            tb, d = lay.tiles[b], dims[b]
+            held, wanted = -(-d // tb), f * -(-d // (tb * f))
+            if tb > 1 and held != wanted:
+                pre.append((b, held, wanted))
+        for a, f in fa.items():
+            ta, d = lay.tiles[a], dims[a]
+            if ta % f == 0 and ta // f > 1:
+                held, wanted = f * -(-d // ta), -(-d // (ta // f))
+                if held != wanted:
+                    post.append((a, held, wanted))
+        return pre, post
+
+    def _halos(self, lay: Layout, dims) -> tuple[list, list] | None:
+        """The halo re-cuts before and after the exchange (from ``lay``, and from the
+        layout after it), or None when a dim is uneven and cannot be realigned."""
+        key = (("all-to-all-halos", self.moves, self.realign), lay.key, tuple(dims))
+        if key in _A2A_HALOS:
+            return _A2A_HALOS[key]
+        return _A2A_HALOS.put(key, self._halos_uncached(lay, dims))
+
+    def _halos_uncached(self, lay, dims):
+        pre, post = self._uneven(lay, dims)
+        if not pre and not post:
+            return [], []
+        if not self.realign or len(pre) > 1 or len(post) > 1:
+            return None
+        after = self._core_apply(lay, dims)
+        if after is None:
+            return None
+        before = [HaloSlice(lay, lengths=p) for p in pre]
+        behind = [HaloSlice(after, lengths=p) for p in post]
+        if any(h._form(lay, dims) is None for h in before) or \
+                any(h._form(after, dims) is None for h in behind):
+            return None
+        return before, behind
 
     @property
     def group_size(self) -> int:
@@ -574,9 +732,17 @@ class AllToAll(Step):
         return out
 
     def apply(self, lay, dims):
-        return _applied(("all-to-all", self.moves), lay, tuple(dims), self._apply)
+        return _applied(("all-to-all", self.moves, self.realign), lay, tuple(dims),
+                        self._apply)
 
     def _apply(self, lay, dims):
+        out = self._core_apply(lay, dims)
+        if out is None or self._halos(lay, dims) is None:
+            return None  # an uneven dim that is not realigned
+        return out
+
+    def _core_apply(self, lay, dims):
+        """The layout after the exchange, uneven dims aside."""
         if not self.moves or any(f < 2 for _, _, f in self.moves):
             return None
         fa, fb = self._factors()
@@ -584,15 +750,8 @@ class AllToAll(Step):
             return None
         tiles = list(lay.tiles)
         for a, f in fa.items():
-            ta = tiles[a]
-            if ta % f:
+            if tiles[a] % f:
                 return None
-            if ta // f > 1 and f * -(-dims[a] // ta) != -(-dims[a] // (ta // f)):
-                return None  # the joined pieces are not the coarser tiles (uneven dim)
-        for b, f in fb.items():
-            tb = tiles[b]
-            if tb > 1 and -(-dims[b] // tb) != f * -(-dims[b] // (tb * f)):
-                return None  # a local tile does not split into the finer tiles
         coords = lay.coords.copy()
         for (a, b, f), part in zip(self.moves, self._parts(lay)):
             coords[:, b] = coords[:, b] * f + part
@@ -625,12 +784,26 @@ class AllToAll(Step):
 
     def cost(self, lay, dims, itemsize):
         size = _nbytes(self._padded_local(lay, dims), itemsize)
-        return bytes_per_device("all-to-all", size, size, self.group_size)
+        total = bytes_per_device("all-to-all", size, size, self.group_size)
+        before, behind = self._halos(lay, dims)
+        after = self._core_apply(lay, dims) if behind else None
+        return (total + sum(h.cost(lay, dims, itemsize) for h in before)
+                + sum(h.cost(after, dims, itemsize) for h in behind))
+
+    def count(self, lay, dims):
+        before, behind = self._halos(lay, dims)
+        after = self._core_apply(lay, dims) if behind else None
+        return (1 + sum(h.count(lay, dims) for h in before)
+                + sum(h.count(after, dims) for h in behind))
 
     def peak(self, lay, dims, itemsize):
         # every array between the padding and the final slice is the padded local
-        # array, re-shaped
-        return _nbytes(self._padded_local(lay, dims), itemsize)
+        # array, re-shaped; the realigning halo exchanges around it make their own
+        before, behind = self._halos(lay, dims)
+        after = self._core_apply(lay, dims) if behind else None
+        return max([_nbytes(self._padded_local(lay, dims), itemsize)]
+                   + [h.peak(lay, dims, itemsize) for h in before]
+                   + [h.peak(after, dims, itemsize) for h in behind])
 
     def emit(self, ctx, x, lay, dims):
         """Split every receiving dim into (its factors, its new shard), exchange the factor
@@ -652,6 +825,9 @@ class AllToAll(Step):
         k = len(self.moves)
         fa, fb = self._factors()
         padded = self._padded_local(lay, dims)
+        before, behind = self._halos(lay, dims)
+        for h in before:
+            x = h.emit(ctx, x, lay, dims)
         x = pad_to(ctx, x, padded)
         # Split every receiving dim b into (its factors in move order, its new shard): the
         # rank grows by one axis per move.
@@ -699,6 +875,8 @@ class AllToAll(Step):
             y = bld.transpose(y, perm2)
         y = bld.reshape(y, merged)
         new = self.apply(lay, dims)
+        for h in behind:
+            y = h.emit(ctx, y, new, dims)
         return slice_to(ctx, y, _local(new.tiles, dims))
 
 
@@ -750,6 +928,8 @@ class Permute(Step):
 
 
 _HALO_FORMS = BoundedMemo(4096)  # (layout, target layout, dims) -> HaloSlice._form
+_RECUTS = BoundedMemo(4096)  # (gather, layout, dims) -> AllGather._recut
+_A2A_HALOS = BoundedMemo(4096)  # (moves, layout, dims) -> AllToAll._halos
 
 
 class HaloSlice(Step):
@@ -764,15 +944,20 @@ class HaloSlice(Step):
     of 6 joined in pairs hold rows 0-3 and 4-7, not 3 each), cut from as they are."""
     collectives = 1
 
-    def __init__(self, to: Layout, join: tuple[int, int] | None = None) -> None:
+    def __init__(self, to: Layout, join: tuple[int, int] | None = None,
+                 lengths: tuple[int, int, int] | None = None) -> None:
         self.to = to
         self.join = join
+        # (dim, held, wanted): along ``dim`` the local buffer holds tiles of ``held`` rows
+        # and the result tiles of ``wanted`` rows (tile j from row j * length), not the
+        # sharding's own; only inside an all-to-all that realigns uneven tiles.
+        self.lengths = lengths
 
     def __repr__(self) -> str:
         return f"HaloSlice(to {self.to!r}, join={self.join!r})"
 
     def _form(self, lay: Layout, dims):
-        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join)
+        key = (lay.key, self.to.key, tuple(int(v) for v in dims), self.join, self.lengths)
         if key in _HALO_FORMS:
             return _HALO_FORMS[key]
         return _HALO_FORMS.put(key, self._form_uncached(lay, dims))
@@ -792,6 +977,9 @@ class HaloSlice(Step):
             coords[:, gk] //= f
             tiles = tuple(t // f if j == gk else t for j, t in enumerate(tiles))
             lx[gk] *= f
+        if self.lengths is not None:
+            lk, held, wanted = self.lengths
+            lx[lk], ly[lk] = held, wanted
         holder = np.ravel_multi_index(tuple(coords.T), tiles).astype(np.int64) \
             if tiles else np.zeros(n, np.int64)
         empty = np.zeros(n, bool)  # the whole target tile is padding
@@ -805,6 +993,8 @@ class HaloSlice(Step):
             empty |= ys[k] >= d
         halo = [k for k in range(rank)
                 if not np.all(empty | ((xs[k] <= ys[k]) & (ye[k] <= xe[k])))]
+        if self.lengths is not None and not halo:
+            halo = [self.lengths[0]]  # a realignment that happens to need no rows
         if len(halo) != 1:
             return None  # a plain slice (or halos on two dims: corners, not handled)
         k = halo[0]
@@ -1093,15 +1283,20 @@ class _Spec(NamedTuple):
     moves: tuple[tuple[int, int, int], ...]    # all-to-all moves (a, b, f)
     combine: bool                              # one all-to-all for all moves
     gathers: tuple[tuple[int, int], ...]       # (dim, factor)
+    early: tuple[tuple[int, int], ...] = ()    # (dim, factor) gathered before the moves
 
 
 def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
-          whole_first: bool = False) -> _Spec:
+          whole_first: bool = False, mixed: bool = False) -> _Spec:
     """Which factors to slice first (``pre_slice``: as far as the source's replication
     allows), move with all-to-all (``use_a2a``: factors a dim has too many of, to dims that
     lack them; ``whole_first``: each source dim gives to the target dims taking the most
     of it first, in dim order otherwise) and gather (the rest of the excess); the rest of
-    what is missing is sliced at the end."""
+    what is missing is sliced at the end. ``mixed``: a dim may both give and lack (it
+    gives first and is sliced at the end: [1,2]+3 copies -> [2,3]) or both have excess and
+    take (its excess is gathered before the all-to-all: [2,3] -> [1,2]+3 copies), as XLA's
+    uneven partially replicated <-> tiled reshards do; one all-to-all still has disjoint
+    sources and targets."""
     r = len(dims)
     s, t = list(src.tiles), list(dst.tiles)
     pre = [1] * r
@@ -1118,6 +1313,9 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
     excess = [c // gg for c, gg in zip(cur, g)]
     deficit = [tt // gg for tt, gg in zip(t, g)]
     moves: list[tuple[int, int, int]] = []
+    early: list[tuple[int, int]] = []
+    givers: set[int] = set()
+    takers: set[int] = set()
     if use_a2a:
         for a in range(r):
             order = range(r)
@@ -1128,24 +1326,33 @@ def _spec(src: Layout, dst: Layout, dims, pre_slice: bool, use_a2a: bool,
             for b in order:
                 if a == b or excess[a] == 1 or deficit[b] == 1:
                     continue
-                if deficit[a] > 1 or excess[b] > 1:
+                if mixed:
+                    if a in takers or b in givers:
+                        continue
+                elif deficit[a] > 1 or excess[b] > 1:
                     continue  # keep sources and targets disjoint
                 f = math.gcd(excess[a], deficit[b])
                 if f > 1:
+                    if excess[b] > 1:
+                        early.append((b, excess[b]))
+                        excess[b] = 1
                     moves.append((a, b, f))
+                    givers.add(a)
+                    takers.add(b)
                     excess[a] //= f
                     deficit[b] //= f
     gathers = tuple((k, excess[k]) for k in range(r) if excess[k] > 1)
-    return _Spec(tuple(pre), tuple(moves), True, gathers)
+    return _Spec(tuple(pre), tuple(moves), True, gathers, tuple(early))
 
 
 def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
-             halo: bool = False) -> list[Step] | None:
+             halo: bool = False, realign: bool = False) -> list[Step] | None:
     """The steps of ``spec`` from ``src``, slices choosing ``dst``'s tiles where they can,
     and a final permute if the result is not ``dst``. Moves and gathers that do not work
     on an uneven dim are replaced by gathering the dim whole and slicing afterwards;
     ``halo``: the last step is a HaloSlice onto ``dst`` instead (None if it does not
-    apply)."""
+    apply); ``realign``: moves on uneven dims realign the tiles by halo exchanges instead
+    (AllToAll.realign)."""
     steps: list[Step] = []
     lay = src
     if any(h > 1 for h in spec.pre):
@@ -1155,13 +1362,23 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
             return None
         steps.append(Slice(new))
         lay = new
+    for k, f in spec.early:
+        st = AllGather(k, f)
+        if st.apply(lay, dims) is None:
+            st = AllGather(k, lay.tiles[k])  # the whole dim
+        new = st.apply(lay, dims)
+        if new is None:
+            return None
+        steps.append(st)
+        lay = new
     moves = []
     for mv in spec.moves:
-        if AllToAll((mv,)).apply(lay, dims) is not None:
+        if AllToAll((mv,), realign).apply(lay, dims) is not None:
             moves.append(mv)
     dropped = [mv for mv in spec.moves if mv not in moves]
     if moves:
-        groups = [AllToAll(tuple(moves))] if spec.combine else [AllToAll((m,)) for m in moves]
+        groups = ([AllToAll(tuple(moves), realign)] if spec.combine
+                  else [AllToAll((m,), realign) for m in moves])
         for st in groups:
             new = st.apply(lay, dims)
             if new is None:
@@ -1174,6 +1391,9 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
     join = None
     for k in sorted(gathers):
         st = AllGather(k, gathers[k])
+        if st.apply(lay, dims) is None and realign and \
+                AllGather(k, gathers[k], True).apply(lay, dims) is not None:
+            st = AllGather(k, gathers[k], True)
         if st.apply(lay, dims) is None:
             if lay.tiles[k] < 2:
                 continue
@@ -1297,9 +1517,11 @@ def plan_reshard(src: Layout, dst: Layout, dims: Sequence[int],
 
 
 # Spec kinds tried: (slice first, move with all-to-all, each source dim to the dims taking
-# the most of it first).
-_SPEC_KINDS = ((True, True, False), (True, True, True), (True, False, False),
-               (False, True, False), (False, True, True), (False, False, False))
+# the most of it first, a dim may give and lack or have excess and take).
+_SPEC_KINDS = ((True, True, False, False), (True, True, True, False),
+               (True, False, False, False), (False, True, False, False),
+               (False, True, True, False), (False, False, False, False),
+               (True, True, False, True), (False, True, False, True))
 
 
 def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
@@ -1318,16 +1540,17 @@ def _plan_reshard(src: Layout, dst: Layout, dims: tuple[int, ...],
     fallback.name = "through replicated"
     best: Plan | None = None
     seen: set[tuple] = set()
-    for pre_slice, use_a2a, whole_first in _SPEC_KINDS:
-        base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first)
+    for pre_slice, use_a2a, whole_first, mixed in _SPEC_KINDS:
+        base = _spec(src, dst, dims, pre_slice, use_a2a, whole_first, mixed)
         # (Also nothing moved nor gathered: the target's tiles cut out of the local ones
         # with halos from the neighbours, HaloSlice.)
         orders = itertools.chain(((m, base.gathers) for m in _orderings(base.moves)),
                                  (((), ()),))
         for moves, gathers in orders:
             for combine in ((True, False) if len(moves) > 1 else (True,)):
-                spec = _Spec(base.pre, tuple(moves), combine, gathers)
-                key = (spec.pre, spec.moves, combine, spec.gathers)
+                spec = _Spec(base.pre, tuple(moves), combine, gathers,
+                             base.early if moves else ())
+                key = (spec.pre, spec.moves, combine, spec.gathers, spec.early)
                 if key in seen:
                     continue
                 seen.add(key)
@@ -1341,9 +1564,18 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
     """The plan of ``spec`` with a final permute if needed, and with the permute moved to
     the start (on the source shards) when a pre-image exists."""
     steps = _realize(spec, src, dst, dims)
-    # (The halo variant last: on a tie the plans without it win.)
+    # (The halo variants last: on a tie the plans without them win.)
     halo = _realize(spec, src, dst, dims, halo=True)
     last = [] if halo is None else [halo]
+    if _fell_back(spec, steps):
+        # Uneven moves and gathers realigned by halo exchanges / a permute instead of
+        # gathering their dims whole.
+        realigned = _realize(spec, src, dst, dims, realign=True)
+        if realigned is not None and any(
+                (isinstance(st, AllToAll) and st.realign and st._uneven(lay, dims) != ([], []))
+                or (isinstance(st, AllGather) and st.realign)
+                for st, lay in _walk(realigned, src, dims)):
+            last.append(realigned)
     if steps is None:
         yield from _simulated(last, src, dst, dims, itemsize)
         return
@@ -1358,6 +1590,28 @@ def _candidates(spec: _Spec, src: Layout, dst: Layout, dims, itemsize):
                 first = [] if start.same_as(src) else [Permute(start)]
                 variants.append(first + replayed[0])
     yield from _simulated(variants + last, src, dst, dims, itemsize)
+
+
+def _fell_back(spec: _Spec, steps: list[Step] | None) -> bool:
+    """Whether realizing ``spec`` dropped a move or gathered a dim whole instead of the
+    spec's factor (an uneven dim): only then can realigning give another plan."""
+    if not (spec.moves or spec.gathers or spec.early):
+        return False
+    if steps is None:
+        return True
+    moved = sum(len(st.moves) for st in steps if isinstance(st, AllToAll))
+    joined = sorted((st.dim, st.factor) for st in steps if isinstance(st, AllGather))
+    return moved != len(spec.moves) or joined != sorted(spec.gathers + spec.early)
+
+
+def _walk(steps: list[Step], src: Layout, dims):
+    """(step, the layout it starts from) along ``steps``."""
+    lay = src
+    for st in steps:
+        yield st, lay
+        lay = st.apply(lay, dims)
+        if lay is None:
+            return
 
 
 def _simulated(variants, src: Layout, dst: Layout, dims, itemsize):

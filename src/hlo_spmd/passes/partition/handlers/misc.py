@@ -104,13 +104,37 @@ def run_on_single_device(ctx: PartitionContext, inst: Instruction, device: int) 
     """``inst`` on whole operands, executed only by logical device ``device`` (a
     conditional on the partition id); the other devices produce zeros. The result has
     sharding ``{maximal device=device}``."""
+    return run_on_devices(ctx, inst, (int(device),), HloSharding.maximal(int(device)))
+
+
+def _maximal_like(shape: Shape, device: int) -> HloSharding:
+    if shape.is_tuple:
+        return HloSharding.tuple([_maximal_like(s, device) for s in shape.tuple_shapes])
+    return HloSharding.maximal(device)
+
+
+def _leaf_devices(s: HloSharding) -> tuple[int, ...]:
+    """The devices named by the leaves of an all-maximal sharding, sorted."""
+    leaves = s.tuple_elements if s.is_tuple else (s,)
+    return tuple(sorted({int(e.device) for e in leaves}))
+
+
+def run_on_devices(ctx: PartitionContext, inst: Instruction, devices: tuple[int, ...],
+                   result: HloSharding) -> PValue:
+    """``inst`` on whole operands, executed only by the logical ``devices`` (a conditional
+    on the partition id); the other devices produce zeros. With one device the operands
+    only need to be whole there (free when they already are, XLA's HandleSingleDevice);
+    with several (a tuple whose leaves are on different devices) they are made whole
+    everywhere. ``result`` is the sharding of the value: each leaf valid where it says."""
     b = ctx.b
     operands = []
     for op in inst.operands:
         pv = ctx.value(op)
-        operands.append(reshard(ctx, pv, _replicated_like(op.shape)).hlo)
+        want = (_maximal_like(op.shape, devices[0]) if len(devices) == 1
+                else _replicated_like(op.shape))
+        operands.append(reshard(ctx, pv, want).hlo)
     n = ctx.num_devices
-    is_owner = ctx.logical_table((np.arange(n) == int(device)).astype(np.int64))
+    is_owner = ctx.logical_table(np.isin(np.arange(n), devices).astype(np.int64))
     pred = b.compare(is_owner, b.constant(np.int64(1), PT.S32), "EQ")
     packed = b.tuple(operands)
     on = b.new_computation(f"{inst.name}.on_device")
@@ -124,14 +148,24 @@ def run_on_single_device(ctx: PartitionContext, inst: Instruction, device: int) 
     off.set_root(zeros_like_shape(off, inst.shape))
     out = b.op("conditional", [pred, packed, packed], called=[on.computation, off.computation],
                name=f"{inst.name}.single_device")
-    return PValue(out, inst.shape, HloSharding.maximal(int(device)))
+    return PValue(out, inst.shape, result)
+
+
+def _run_where_maximal(ctx: PartitionContext, inst: Instruction) -> PValue:
+    """A side effect whose sharding is maximal: on its one device, or on each device a
+    leaf names (XLA runs such an op on every device; only the named ones count)."""
+    target = normalize(ctx.sharding_of(inst), inst.shape)
+    devices = _leaf_devices(target)
+    if len(devices) == 1:
+        return run_on_single_device(ctx, inst, devices[0])
+    return run_on_devices(ctx, inst, devices, target)
 
 
 def _replicated_effect(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Side-effecting op with replicated semantics, or on one device when maximal."""
     target = ctx.sharding_of(inst)
     if target.is_maximal:
-        return run_on_single_device(ctx, inst, target.device)
+        return _run_where_maximal(ctx, inst)
     operands = [reshard(ctx, ctx.value(op), _replicated_like(op.shape)).hlo
                 for op in inst.operands]
     out = emit_like(ctx, inst, operands, inst.shape)
@@ -227,7 +261,7 @@ def handle_custom_call(ctx: PartitionContext, inst: Instruction) -> PValue:
     custom-call table (``basic.CUSTOM_CALLS``)."""
     if (inst.attrs.custom_call_has_side_effect and inst.custom_call_target not in CUSTOM_CALLS
             and ctx.sharding_of(inst).is_maximal):
-        return run_on_single_device(ctx, inst, ctx.sharding_of(inst).device)
+        return _run_where_maximal(ctx, inst)
     return custom_call_by_target(ctx, inst)
 
 
