@@ -397,7 +397,9 @@ def _concat_cost(ctx: PartitionContext, inst: Instruction, s: HloSharding) -> fl
     tiles = tiles_of(s, rank)
     cost = 0.0
     if tiles[dim] == 1:
-        for op in inst.operands:
+        # An operand listed twice is resharded once (the reshard cache hands the second
+        # use the first one's result), so it is priced once.
+        for op in dict.fromkeys(inst.operands):
             cost += reshard_price(ctx, ctx.value(op), s)[0]
         return cost
     o = tile_shape(s, inst.shape.dims)[dim]
