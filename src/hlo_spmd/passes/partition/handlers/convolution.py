@@ -51,7 +51,7 @@ from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (dilated_window_need, drop_extra_rows,
                                             exchange_window, mask_outside, plan_window,
-                                            tile_index_table, tiles_of)
+                                            source_order, tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.support.dot_dims import (data_tiles, group0_view, is_plain,
@@ -102,6 +102,10 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
     if kernel:
         ks = _kernel_setup(dims, lhs, rhs, target, kernel)
         options = [ks] if ks.held == ks.lhs_outer else [ks, ks._replace(held=ks.lhs_outer)]
+        if _in_other_order(ctx, dims, lhs.sharding, ks):
+            # The input as it is: the halo pieces travel between the devices that hold
+            # them, with no permute of the whole input to the kernel's device order.
+            options.append(ks._replace(held=lhs.sharding))
         price, ks = min(((_kernel_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
                          for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
         if price <= min(whole, halo):
@@ -443,6 +447,25 @@ def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
                         rhs_outer, held)
 
 
+def _in_other_order(ctx: PartitionContext, dims: DotDims, s: HloSharding,
+                    ks: _HaloSetup) -> bool:
+    """Whether the input, sharded ``s``, may feed the kernel's halo way as it is: it
+    tiles one windowed dim in another device order than the groups (``source_order``)
+    and every other windowed dim whole or in the groups' order."""
+    if s == ks.held or not s.is_tiled:
+        return False
+    rank = dims.lhs_rank
+    st, ot = tiles_of(s, rank), tiles_of(ks.lhs_outer, rank)
+    other = 0
+    for ld, _, _, _ in ks.windowed:
+        if source_order(ctx, s, ks.lhs_outer, ld, rank) is not None:
+            other += 1
+        elif st[ld] != 1 and (st[ld] != ot[ld] or not np.array_equal(
+                tile_index_table(ctx, s, ld), tile_index_table(ctx, ks.lhs_outer, ld))):
+            return False
+    return other == 1
+
+
 def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _HaloSetup):
     """Per kernel-tiled dim: (lhs dim, kernel dim, window index, tiles, input starts per
     tile, input width, the kernel rows per tile, the per-tile window)."""
@@ -482,7 +505,9 @@ def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     window = list(dims.window)
     xt = tiles_of(ks.held, dims.lhs_rank)
     for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
-        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width)
+        order = source_order(ctx, ks.held, ks.lhs_outer, ld, dims.lhs_rank)
+        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width,
+                            order=order)
         if local[ld]:
             moved += wplan.key()[0] * float(np.prod(local)) / local[ld] * eb[0]
         local[ld] = width
