@@ -46,7 +46,7 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape_inference import array_shape
-from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim, batch_window
+from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim, batch_window, rhs_nc_window
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (dilated_window_need, drop_extra_rows,
@@ -577,18 +577,20 @@ def local_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
     for d in dims.contracting:
         if d.spatial >= 0:
             attrs.window.dimensions[d.spatial].size = r.shape.dims[d.rhs]
-    for d in dims.batch:
-        if d.spatial >= 0:   # a batch-like window, for the shard's rows
-            w = batch_window(dims.window[d.spatial], l.shape.dims[d.lhs])
-            wd = attrs.window.dimensions[d.spatial]
-            for field, value, default in (
-                    ("size", w.size, 0), ("stride", w.stride, 1),
-                    ("padding_low", w.padding_low, 0), ("padding_high", w.padding_high, 0),
-                    ("window_dilation", w.window_dilation, 1),
-                    ("base_dilation", w.base_dilation, 1),
-                    ("window_reversal", w.window_reversal, False)):
-                if (getattr(wd, field) or default) != value:
-                    setattr(wd, field, value)
+    shard_windows = [(d, batch_window(dims.window[d.spatial], l.shape.dims[d.lhs]))
+                     for d in dims.batch if d.spatial >= 0]    # a batch-like window
+    shard_windows += [(d, rhs_nc_window(r.shape.dims[d.rhs]))  # kernel rows = output rows
+                      for d in dims.rhs_non_contracting if d.spatial >= 0]
+    for d, w in shard_windows:   # the window for the shard's rows
+        wd = attrs.window.dimensions[d.spatial]
+        for field, value, default in (
+                ("size", w.size, 0), ("stride", w.stride, 1),
+                ("padding_low", w.padding_low, 0), ("padding_high", w.padding_high, 0),
+                ("window_dilation", w.window_dilation, 1),
+                ("base_dilation", w.base_dilation, 1),
+                ("window_reversal", w.window_reversal, False)):
+            if (getattr(wd, field) or default) != value:
+                setattr(wd, field, value)
     if c.feature_group_count > 1:
         attrs.feature_group_count = l.shape.dims[c.in_feature] // r.shape.dims[c.k_in]
     if c.batch_group_count > 1:
