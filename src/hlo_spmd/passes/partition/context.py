@@ -13,7 +13,7 @@ from hlo_spmd.errors import PartitionError
 from hlo_spmd.ir.builder import Builder
 from hlo_spmd.ir.clone import clone_computation
 from hlo_spmd.ir.computation import Computation
-from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.module import Module
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
@@ -81,7 +81,7 @@ class ModuleState(Record):
     """Shared by every context of one partitioning run."""
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
-    __slots__ = __match_args__ + ("origins", "_user_counts")
+    __slots__ = __match_args__ + ("origins", "_user_counts", "_users")
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
@@ -100,6 +100,7 @@ class ModuleState(Record):
         # reshard asks to re-make a value instead of moving it (partition/recreate.py).
         self.origins: dict[tuple, tuple[Instruction, Instruction]] = {}
         self._user_counts: dict[int, int] | None = None
+        self._users: dict[int, list[Instruction]] | None = None
 
     def user_counts(self) -> dict[int, int]:
         """id(source instruction) -> how many instructions read it (a root counts as
@@ -114,6 +115,17 @@ class ModuleState(Record):
                     counts[id(comp.root)] = counts.get(id(comp.root), 0) + 1
             self._user_counts = counts
         return self._user_counts
+
+    def users(self, inst: Instruction) -> list[Instruction]:
+        """The source instructions that read ``inst`` (each once, in program order); the
+        map is built once, on first ask (planners looking ahead at what users need)."""
+        if self._users is None:
+            users: dict[int, list[Instruction]] = {}
+            for comp in self.source.computations:
+                for key, mine in iter_operand_users(comp.instructions).items():
+                    users.setdefault(key, []).extend(mine)
+            self._users = users
+        return self._users.get(id(inst), [])
 
 
 class PartitionContext:
