@@ -196,3 +196,27 @@ def test_reversed_kernel_rows_stay_tiled(k1, os):
     ours, xla, big, xbig = run_bytes(_kernel_rows_conv(k1, os), 8)
     assert ours <= xla + 1e-6, (ours, xla)
     assert big <= xbig, (big, xbig)
+
+
+@pytest.mark.parametrize("ls,os,n", [
+    ("{devices=[1,4,1]<=[4]}", "{devices=[1,4,1]3,2,1,0}", 4),
+    ("{devices=[1,4,1]<=[4]}", "{devices=[1,4,1]2,0,3,1}", 4),
+    ("{devices=[2,4,1]<=[8]}", "{devices=[2,4,1]0,2,1,3,4,6,5,7}", 8),
+    ("{devices=[1,2,1]0,1}", "{devices=[1,2,1]1,0}", 2),
+])
+def test_input_halo_from_another_device_order(ls, os, n):
+    """The input tiled on a windowed dim in another device order than the result: the
+    halo way may read the pieces where they are (the halo utility's ``source_order``)
+    instead of permuting the whole input first; the cheaper (bytes, then the first
+    listed) is taken, never more than XLA's bytes or largest array (was: 2x XLA's
+    largest array on 2 devices)."""
+    text = f"""HloModule m
+ENTRY %main (x: f32[4,30,8], w: f32[3,8,16]) -> f32[4,30,16] {{
+  %x = f32[4,30,8] parameter(0), sharding={ls}
+  %w = f32[3,8,16] parameter(1), sharding={{replicated}}
+  ROOT %c = f32[4,30,16] convolution(%x, %w), window={{size=3 pad=1_1}}, dim_labels=b0f_0io->b0f, sharding={os}
+}}
+"""
+    ours, xla, big, xbig = run_bytes(text, n)
+    assert ours <= xla + 1e-6, (ours, xla)
+    assert big <= xbig, (big, xbig)

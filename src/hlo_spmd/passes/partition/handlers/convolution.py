@@ -97,6 +97,8 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
         # (an all-to-all, then halos): the cheaper.
         options = [setup] if setup.held == setup.lhs_outer else \
             [setup, setup._replace(held=setup.lhs_outer)]
+        if _in_other_order(ctx, dims, lhs.sharding, setup):
+            options.append(setup._replace(held=lhs.sharding))   # (as for the kernel's)
         halo, setup = min(((_spatial_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
                            for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
     if kernel:
@@ -302,20 +304,22 @@ def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
                          rhs_outer, held)
 
 
-def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[int],
-                     spatial: list, sizes: tuple[int, ...]):
-    """Per windowed dim in order: (lhs dim, output dim, window index, tiles, input starts
-    per tile, input width, the per-tile window, extra rows, the exchange's plan), with
-    ``local`` (the input's local dims) updated to the exchanged widths."""
+def _spatial_windows(ctx: PartitionContext, dims: DotDims, lhs: PValue, st: _HaloSetup,
+                     local: list[int]):
+    """Per windowed dim of ``st`` in order: (lhs dim, output dim, window index, tiles,
+    input starts per tile, input width, the per-tile window, extra rows, the exchange's
+    plan), with ``local`` (the input's local dims) updated to the exchanged widths."""
     out = []
-    for (ld, od, i), t in zip(spatial, sizes):
+    held = st.held
+    for (ld, od, i), t in zip(st.windowed, st.sizes):
         size = int(lhs.base_shape.dims[ld])
         xt, lsize = tiles_of(held, dims.lhs_rank)[ld], local[ld]
+        order = source_order(ctx, held, st.lhs_outer, ld, dims.lhs_rank)
         starts, width, w, extra = dilated_window_need(
             dims.window[i], size, t,
-            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd, order=order).key())
         out.append((ld, od, i, t, starts, width, w, extra,
-                    plan_window(xt, t, lsize, size, starts, width)))
+                    plan_window(xt, t, lsize, size, starts, width, order=order)))
         local[ld] = width
     return out
 
@@ -334,8 +338,7 @@ def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
              + reshard_cost(rshape, eb[1], rhs.sharding, st.rhs_outer, n))
     local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
     window = list(dims.window)
-    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
-                                                             st.windowed, st.sizes):
+    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(ctx, dims, lhs, st, list(local)):
         rows = wplan.key()[0]
         if local[ld]:
             moved += rows * float(np.prod(local)) / local[ld] * eb[0]
@@ -371,7 +374,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     zero = ctx.b.scalar(0, x)
     extras = []
     for ld, od, i, t, starts, width, w, extra, wplan in _spatial_windows(
-            dims, lhs, st.held, list(x.shape.dims), st.windowed, st.sizes):
+            ctx, dims, lhs, st, list(x.shape.dims)):
         size = int(lhs.base_shape.dims[ld])
         window[i] = w
         tidx = tile_index_table(ctx, st.lhs_outer, ld)
@@ -449,15 +452,15 @@ def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
 
 def _in_other_order(ctx: PartitionContext, dims: DotDims, s: HloSharding,
                     ks: _HaloSetup) -> bool:
-    """Whether the input, sharded ``s``, may feed the kernel's halo way as it is: it
-    tiles one windowed dim in another device order than the groups (``source_order``)
-    and every other windowed dim whole or in the groups' order."""
+    """Whether the input, sharded ``s``, may feed a halo way as it is: it tiles one
+    windowed dim in another device order than the groups (``source_order``) and every
+    other windowed dim whole or in the groups' order."""
     if s == ks.held or not s.is_tiled:
         return False
     rank = dims.lhs_rank
     st, ot = tiles_of(s, rank), tiles_of(ks.lhs_outer, rank)
     other = 0
-    for ld, _, _, _ in ks.windowed:
+    for ld, *_ in ks.windowed:
         if source_order(ctx, s, ks.lhs_outer, ld, rank) is not None:
             other += 1
         elif st[ld] != 1 and (st[ld] != ot[ld] or not np.array_equal(
