@@ -93,12 +93,16 @@ def test_feature_group_count_alignment(ls, rs, os, n):
     (8, 8, "{devices=[4,1,1]<=[4]}"),
     (7, 7, "{devices=[4,1,1]<=[4]}"),   # uneven: the last kernel tile is padding mostly
     (9, 5, "{devices=[2,1,1]0,1}"),     # window narrower than the input
+    (8, 8, "{devices=[4,1,1]3,2,1,0}"),  # kernel in the input's reverse device order
+    (7, 7, "{devices=[4,1,1]2,0,3,1}"),  # another order, uneven
+    (9, 5, "{devices=[2,1,1]1,0}"),
 ])
 def test_reversed_window_kernel_tiled_is_partial_sums(h, k, rs):
     """rhs_reversal with both operands tiled on the windowed dim: each device convolves
     its kernel rows (read backwards) with the input rows they meet, and one all-reduce
-    sums (was: both gathered whole, 2.8x XLA's bytes). XLA's own module exchanges the
-    halo on the kernel there (1.17x ours; left as is), else at most XLA's bytes."""
+    sums (was: both gathered whole, 2.8x XLA's bytes). A kernel tiled in another device
+    order than the input leaves the input in place: its halo travels between the devices
+    that hold it (was: the whole input permuted first, 1.17x XLA's bytes)."""
     n = int(rs.split("[")[1].split(",")[0])
     out = h - k + 1
     text = f"""HloModule m
@@ -109,7 +113,7 @@ ENTRY %main (x: f32[{h},16,8], w: f32[{k},16,32]) -> f32[{out},8,32] {{
 }}
 """
     ours, xla, _, _ = run_bytes(text, n)
-    assert ours <= xla + 1e-6 or ours <= 1.2 * xla and h == k == 5, (ours, xla)
+    assert ours <= xla + 1e-6, (ours, xla)
 
 
 PARALLEL_FORMS = [
@@ -162,5 +166,57 @@ def test_input_moved_to_result_tiles_instead_of_gathered():
                 "b01f_01io->b01f", "{devices=[2,1,1,1]0,1}", "{replicated}",
                 "{devices=[1,2,1,1]0,1}", "feature_group_count=1")
     ours, xla, big, xbig = run_bytes(text, 2)
+    assert ours <= xla + 1e-6, (ours, xla)
+    assert big <= xbig, (big, xbig)
+
+
+def _kernel_rows_conv(k1: int, os: str) -> str:
+    """XLA's WindowedEinsumPrefer* convolution, scaled down: spatial dim 1 is a size-1
+    input padded ``k1 - 1`` both ways under a reversed kernel of ``k1`` rows (output row o
+    is kernel row o: an rhs-non-contracting dim), spatial dims 3 and 4 contracting-like."""
+    return f"""HloModule m
+ENTRY %main (x: f32[8,4,4,4,6,1,1], w: f32[4,4,6,{k1},5,8,1]) -> f32[8,4,{k1},5,8,1,1] {{
+  %x = f32[8,4,4,4,6,1,1] parameter(0), sharding={{devices=[4,1,2,1,1,1,1]<=[8]}}
+  %w = f32[4,4,6,{k1},5,8,1] parameter(1), sharding={{devices=[2,2,1,2,1,1,1]<=[8]}}
+  ROOT %c = f32[8,4,{k1},5,8,1,1] convolution(%x, %w), window={{size=1x{k1}x5x4x4 pad=0_0x{k1 - 1}_{k1 - 1}x4_4x0_0x0_0 rhs_reversal=0x1x1x0x0}}, dim_labels=0b34f12_34i12o0->0b12f34, sharding={os}
+}}
+"""
+
+
+@pytest.mark.parametrize("k1,os", [
+    (4, "{devices=[4,1,2,1,1,1,1]<=[8]}"),   # the kernel's rows stay tiled (XLA's way)
+    (3, "{devices=[4,1,2,1,1,1,1]<=[8]}"),   # uneven kernel rows
+    (4, "{devices=[4,1,1,1,1,1,1,2]<=[8] last_tile_dim_replicate}"),
+])
+def test_reversed_kernel_rows_stay_tiled(k1, os):
+    """A kernel-wide reversed window over a size-1 input is an rhs-non-contracting dim:
+    the kernel tiled on it and the result tiled alike convolve locally with the window
+    rewritten for the shard (was: the kernel gathered whole there, 1.07x XLA's bytes on
+    XLA's WindowedEinsumPrefer* modules)."""
+    ours, xla, big, xbig = run_bytes(_kernel_rows_conv(k1, os), 8)
+    assert ours <= xla + 1e-6, (ours, xla)
+    assert big <= xbig, (big, xbig)
+
+
+@pytest.mark.parametrize("ls,os,n", [
+    ("{devices=[1,4,1]<=[4]}", "{devices=[1,4,1]3,2,1,0}", 4),
+    ("{devices=[1,4,1]<=[4]}", "{devices=[1,4,1]2,0,3,1}", 4),
+    ("{devices=[2,4,1]<=[8]}", "{devices=[2,4,1]0,2,1,3,4,6,5,7}", 8),
+    ("{devices=[1,2,1]0,1}", "{devices=[1,2,1]1,0}", 2),
+])
+def test_input_halo_from_another_device_order(ls, os, n):
+    """The input tiled on a windowed dim in another device order than the result: the
+    halo way may read the pieces where they are (the halo utility's ``source_order``)
+    instead of permuting the whole input first; the cheaper (bytes, then the first
+    listed) is taken, never more than XLA's bytes or largest array (was: 2x XLA's
+    largest array on 2 devices)."""
+    text = f"""HloModule m
+ENTRY %main (x: f32[4,30,8], w: f32[3,8,16]) -> f32[4,30,16] {{
+  %x = f32[4,30,8] parameter(0), sharding={ls}
+  %w = f32[3,8,16] parameter(1), sharding={{replicated}}
+  ROOT %c = f32[4,30,16] convolution(%x, %w), window={{size=3 pad=1_1}}, dim_labels=b0f_0io->b0f, sharding={os}
+}}
+"""
+    ours, xla, big, xbig = run_bytes(text, n)
     assert ours <= xla + 1e-6, (ours, xla)
     assert big <= xbig, (big, xbig)

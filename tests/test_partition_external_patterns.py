@@ -477,3 +477,22 @@ ENTRY e {
     out, ours = check(text, 8)
     # permute of a [1,123] f32 row (492 B) + all-reduce of it over 4: 2 * 3/4 * 492 B.
     assert ours == 492 + 738, ours
+# -- concatenate read whole by a dynamic-slice (jnp.roll with a dynamic shift) ---------------
+@pytest.mark.parametrize("second", ["%p", "%q"])
+def test_concatenate_read_whole_by_dynamic_slice_is_built_whole(second):
+    # XLA's DoNotPartitionConcatenate: the dynamic-slice reads the concatenate whole, so
+    # it is built from the gathered operands (an operand listed twice gathered once) and
+    # the dynamic-slice reuses that whole value; no halo for a tiled concatenate that is
+    # gathered again right after (was 2.5 KiB on 4 devices, 3.3x XLA's bytes).
+    text = f"""HloModule m
+ENTRY %main (p: f32[256], i: s32[], q: f32[256]) -> f32[256] {{
+  %p = f32[256] parameter(0), sharding={{devices=[8]<=[8]}}
+  %i = s32[] parameter(1), sharding={{replicated}}
+  %q = f32[256] parameter(2), sharding={{devices=[8]<=[8]}}
+  %c = f32[512] concatenate(%p, {second}), dimensions={{0}}, sharding={{devices=[8]<=[8]}}
+  ROOT %d = f32[256] dynamic-slice(%c, %i), dynamic_slice_sizes={{256}}, sharding={{devices=[8]<=[8]}}
+}}
+"""
+    out, ours = check(text, 8)
+    gathers = 1 if second == "%p" else 2
+    assert ours == gathers * 7 * 256 * 4 / 8, ours

@@ -151,14 +151,16 @@ class DotDims(FrozenRecord):
 
     def _shardable_spatial(self, d: DimNums) -> bool:
         """Degenerate spatial dims the planner may tile: contracting-like ones (the window
-        covers the whole dim; the per-shard window shrinks with it) and size-1 windows."""
+        covers the whole dim; the per-shard window shrinks with it), size-1 windows, and
+        the kernel-wide reversed window over a size-1 input (output row o is kernel row o:
+        the per-shard window is the same form at the shard's size, ``rhs_nc_window``)."""
         if d.spatial < 0:
             return True
         if d in self.contracting or d in self.batch:
             # (a batch-like window pairs input row i with kernel row i: rewritten for the
             # shard's size by batch_window)
             return True
-        if d in self.lhs_non_contracting:
+        if d in self.lhs_non_contracting or d in self.rhs_non_contracting:
             return True
         return False
 
@@ -273,19 +275,27 @@ class DotDims(FrozenRecord):
         out[c.out_feature] = int(rhs[c.k_out])
         whole = self._whole_window_spatial
         paired = self._batch_window_spatial
-        for i, (l, o) in enumerate(zip(c.in_spatial, c.out_spatial)):
+        kernel_rows = self._rhs_nc_window_spatial
+        for i, (l, r, o) in enumerate(zip(c.in_spatial, c.k_spatial, c.out_spatial)):
             # A contracting-like window spans the whole dim at any size (the per-shard
             # window shrinks with the shard, see local_convolution): one position; a
-            # batch-like one pairs every input row with one output row. The recorded
-            # window is the global one, wider than a per-group shard.
+            # batch-like one pairs every input row with one output row, a kernel-wide
+            # reversed one over a size-1 input every kernel row. The recorded window is
+            # the global one, wider than a per-group shard.
             out[o] = 1 if i in whole else int(lhs[l]) if i in paired else \
-                self.window[i].output_size(int(lhs[l]))
+                int(rhs[r]) if i in kernel_rows else self.window[i].output_size(int(lhs[l]))
         return tuple(out)
 
     @cached_property
     def _batch_window_spatial(self) -> frozenset[int]:
         """Window indices of the batch-like spatial dims (``_spatial_is_batch``)."""
         return frozenset(d.spatial for d in self.batch if d.spatial >= 0)
+
+    @cached_property
+    def _rhs_nc_window_spatial(self) -> frozenset[int]:
+        """Window indices of the rhs-non-contracting spatial dims (kernel-wide reversed
+        windows over a size-1 input)."""
+        return frozenset(d.spatial for d in self.rhs_non_contracting if d.spatial >= 0)
 
     @cached_property
     def _whole_window_spatial(self) -> frozenset[int]:
@@ -353,6 +363,13 @@ def batch_window(w: WindowDim, size: int) -> WindowDim:
     if w.window_dilation > 1:
         return WindowDim(size, 1, 0, 0, max(1, size - 1), size, False)
     return WindowDim(size, max(1, size - 1), 0, 0, 1, size, False)
+
+
+def rhs_nc_window(size: int) -> WindowDim:
+    """The rhs-non-contracting window (``parse_conv``: a size-1 input padded by
+    ``size - 1`` on both sides, read by a reversed kernel of ``size`` rows, so output row
+    o is kernel row o) for a kernel dim of ``size`` (a shard of the dim)."""
+    return WindowDim(size, 1, size - 1, size - 1, 1, 1, True)
 
 
 def parse_conv(inst: Instruction) -> DotDims:

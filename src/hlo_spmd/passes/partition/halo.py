@@ -16,6 +16,11 @@ low / high / negative padding, window dilation, slicing, padding, concatenation)
   concatenated and the window is cut out at a partition-dependent offset. Or one
   all-gather of the whole dim, when that is cheaper.
 
+The operand may tile the dim in another device order than the result (a reversed
+window's kernel tiled ``{devices=[2]1,0}`` next to an input tiled ``0,1``):
+``source_order`` finds which result tile holds each operand tile, and the pieces travel
+between those devices, with no reshard to the result's order first.
+
 Window positions outside the operand hold garbage; ``mask_outside`` replaces them by the
 op's identity (0 for convolution, the init value for reduce-window, the pad value).
 All per-device quantities are numpy tables indexed by tile index, looked up through
@@ -52,6 +57,32 @@ def tile_index_table(ctx: PartitionContext, s: HloSharding, dim: int) -> np.ndar
     out[arr.ravel()] = np.indices(arr.shape)[dim].ravel()
     return out
 
+
+
+def source_order(ctx: PartitionContext, xs: HloSharding, cs: HloSharding, dim: int,
+                 rank: int) -> np.ndarray | None:
+    """``order[j]``: the tile index along ``dim`` in ``cs`` of the devices holding tile
+    ``j`` of ``xs``, when ``xs`` tiles ``dim`` as many ways as ``cs`` in another device
+    order that is the same in every group of ``cs`` and holds every other dim whole or
+    tiled exactly as ``cs`` does (so each group's devices hold the same rows of the other
+    dims and trade pieces of ``dim`` only); None when the order is the same or no such
+    relabelling exists."""
+    if not (xs.is_tiled and cs.is_tiled):
+        return None
+    xt, ct = tiles_of(xs, rank), tiles_of(cs, rank)
+    t = ct[dim]
+    if xt[dim] != t or t == 1:
+        return None
+    for d in range(rank):
+        if d != dim and xt[d] != 1 and (xt[d] != ct[d] or not np.array_equal(
+                tile_index_table(ctx, xs, d), tile_index_table(ctx, cs, d))):
+            return None
+    src, dst = tile_index_table(ctx, xs, dim), tile_index_table(ctx, cs, dim)
+    order = np.full(t, -1, np.int64)
+    order[src] = dst
+    if not np.array_equal(order[src], dst) or np.array_equal(order, np.arange(t)):
+        return None
+    return order
 
 
 # -- per-device scalars and masks -----------------------------------------------------------
@@ -162,11 +193,12 @@ class WindowPlan:
     kinds: ``same`` (every device's own shard), ``local`` (operand whole on the dim),
     ``gather`` (one all-gather of the whole dim), ``pieces`` (per source shard)."""
     __slots__ = ("kind", "rows", "collectives", "starts", "width", "lsize", "size",
-                 "pieces", "first", "real")
+                 "pieces", "first", "real", "order")
 
     def __init__(self, kind: str, rows: float, collectives: int, starts: np.ndarray,
                  width: int, lsize: int, size: int, pieces: list[_Piece] | None = None,
-                 first: np.ndarray | None = None, real: np.ndarray | None = None) -> None:
+                 first: np.ndarray | None = None, real: np.ndarray | None = None,
+                 order: np.ndarray | None = None) -> None:
         self.kind = kind
         self.rows = rows
         self.collectives = collectives
@@ -177,17 +209,21 @@ class WindowPlan:
         self.pieces = [] if pieces is None else pieces
         self.first = first
         self.real = real
+        self.order = order
 
     def key(self) -> tuple[float, int]:
         return (self.rows, self.collectives)
 
 
 def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, width: int,
-                need: np.ndarray | None = None) -> WindowPlan:
+                need: np.ndarray | None = None,
+                order: np.ndarray | None = None) -> WindowPlan:
     """The cheapest way (rows sent per device, then collectives) to give every tile k of
     ``t`` the operand elements ``[starts[k], starts[k] + width)`` of a dim of ``size``
     split ``xt`` ways (1 or ``t``) into local pieces of ``lsize``. Only the first
-    ``need[k]`` elements of a window matter (default: all); the rest may be garbage."""
+    ``need[k]`` elements of a window matter (default: all); the rest may be garbage.
+    ``order`` (``source_order``): operand tile j sits on the devices of tile
+    ``order[j]`` (default: on those of tile j)."""
     starts = np.asarray(starts, dtype=np.int64)
     need = np.full(t, width, np.int64) if need is None else \
         np.clip(np.asarray(need, np.int64), 0, width)
@@ -195,8 +231,9 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
         return WindowPlan("local", 0.0, 0, starts, width, lsize, size)
     assert xt == t, (xt, t)
     k = np.arange(t)
-    if width == lsize and np.array_equal(starts, k * lsize):
+    if order is None and width == lsize and np.array_equal(starts, k * lsize):
         return WindowPlan("same", 0.0, 0, starts, width, lsize, size)
+    at = k if order is None else order
     # Real elements each window needs, and the shards holding them.
     lo = np.maximum(starts, 0)
     hi = np.minimum(starts + need, size)
@@ -208,23 +245,28 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
     # per side carries the largest halo any device needs. The cheaper wins.
     firsts = [np.where(real, np.maximum(starts // lsize, lo // lsize - 1),
                        np.clip(starts // lsize, 0, t - 1))]
-    if real.any():
+    if real.any() and order is None:
         shift = int((lo // lsize - k)[real].min())
         firsts.append(np.where(real, k + shift, firsts[0]))
     plan = None
     for first in firsts:
-        cand = _pieces_plan(first, lo, hi, real, starts, width, lsize, size, t)
+        cand = _pieces_plan(first, lo, hi, real, starts, width, lsize, size, t, at)
         if plan is None or cand.key() < plan.key():
             plan = cand
     assert plan is not None
+    plan.order = order
+    if order is not None:
+        return plan  # (a whole-dim all-gather would concatenate the tiles out of order)
     # One all-gather of the whole dim (every window is then cut locally).
     whole = WindowPlan("gather", float((t - 1) * lsize), 1, starts, width, lsize, size)
     return whole if whole.key() < plan.key() else plan
 
 
 def _pieces_plan(first: np.ndarray, lo: np.ndarray, hi: np.ndarray, real: np.ndarray,
-                 starts: np.ndarray, width: int, lsize: int, size: int, t: int) -> WindowPlan:
-    """The ``pieces`` plan when window k's piece p comes from shard ``first[k] + p``."""
+                 starts: np.ndarray, width: int, lsize: int, size: int, t: int,
+                 at: np.ndarray) -> WindowPlan:
+    """The ``pieces`` plan when window k's piece p comes from shard ``first[k] + p``
+    (held by the devices of tile ``at[shard]``)."""
     last = np.where(real, (np.maximum(hi, 1) - 1) // lsize, first - 1)
     npieces = max(1, int((last - first).max()) + 1)
     pieces = []
@@ -238,7 +280,7 @@ def _pieces_plan(first: np.ndarray, lo: np.ndarray, hi: np.ndarray, real: np.nda
         nhi = np.minimum(hi - src * lsize, lsize)
         plo = int(nlo[needed].min()) if needed.any() else 0
         phi = int(nhi[needed].max()) if needed.any() else 1
-        piece = _plan_piece(src, needed, nlo - plo, nhi - plo, plo, phi, t)
+        piece = _plan_piece(src, needed, nlo - plo, nhi - plo, plo, phi, t, at)
         rows += piece.rows
         count += 0 if piece.mode == "own" else \
             (1 if piece.mode == "gather" else len(piece.rounds))
@@ -247,12 +289,12 @@ def _pieces_plan(first: np.ndarray, lo: np.ndarray, hi: np.ndarray, real: np.nda
 
 
 def _plan_piece(src: np.ndarray, needed: np.ndarray, nlo: np.ndarray, nhi: np.ndarray,
-                plo: int, phi: int, t: int) -> _Piece:
+                plo: int, phi: int, t: int, at: np.ndarray) -> _Piece:
     """Rounds of collective-permutes with distinct senders, each sending only the rows
     its receivers need (at a per-sender offset), or one all-gather of the part when
-    that sends fewer rows (ties: fewer collectives)."""
+    that sends fewer rows (ties: fewer collectives). Shard j is on tile ``at[j]``."""
     k = np.arange(t)
-    remote = needed & (src != k)
+    remote = needed & (at[np.clip(src, 0, t - 1)] != k)
     pw = phi - plo
     if not remote.any():
         return _Piece(src, needed, nlo, nhi, plo, phi, "own", [], 0.0)
@@ -358,12 +400,14 @@ def exchange_window(ctx: PartitionContext, x: Instruction, xs: HloSharding, cs: 
     and past the first ``need[k]`` elements (default: none past).
 
     ``x`` is the local piece with sharding ``xs``, which either holds ``dim`` whole or
-    tiles it exactly as ``cs`` does (tile indices ``tidx`` per logical device). Devices
+    tiles it as ``cs`` does (tile indices ``tidx`` per logical device), possibly in
+    another device order (``source_order``). Devices
     exchange with the devices that differ from them only along ``dim`` *in ``cs``*: on
     dims handled before, every device already holds its ``cs`` window."""
     t = len(starts)
     xt = tiles_of(xs, x.shape.rank)[dim]
-    plan = plan_window(xt, t, x.shape.dims[dim], size, starts, width, need)
+    order = source_order(ctx, xs, cs, dim, x.shape.rank)
+    plan = plan_window(xt, t, x.shape.dims[dim], size, starts, width, need, order)
     return emit_window(ctx, x, plan, cs, dim, tidx)
 
 
@@ -392,7 +436,7 @@ def emit_window(ctx: PartitionContext, x: Instruction, plan: WindowPlan, cs: Hlo
     for piece in plan.pieces:
         part = _static_slice(ctx, x, dim, piece.plo, piece.phi)
         total += piece.phi - piece.plo
-        pieces.append(_fetch_piece(ctx, part, dim, piece, groups, tidx))
+        pieces.append(_fetch_piece(ctx, part, dim, piece, groups, tidx, plan.order))
     window = pieces[0] if len(pieces) == 1 else b.concatenate(pieces, dim)
     # On a window with real elements, window[j] is element begin + j from its first real
     # piece on (joins between pieces are whole shards); pad where a window reaches past
@@ -412,25 +456,28 @@ def emit_window(ctx: PartitionContext, x: Instruction, plan: WindowPlan, cs: Hlo
 
 
 def _fetch_piece(ctx: PartitionContext, part: Instruction, dim: int, piece: _Piece,
-                 groups: np.ndarray, tidx: np.ndarray) -> Instruction:
-    """Every device (tile k) receives ``part`` of tile ``src[k]`` where ``needed[k]``
-    (anything elsewhere; only ``[nlo[k], nhi[k])`` along ``dim`` matters), as planned."""
+                 groups: np.ndarray, tidx: np.ndarray,
+                 order: np.ndarray | None = None) -> Instruction:
+    """Every device (tile k) receives ``part`` of shard ``src[k]`` where ``needed[k]``
+    (anything elsewhere; only ``[nlo[k], nhi[k])`` along ``dim`` matters), as planned.
+    Shard j is on the devices of tile ``order[j]`` (default: j)."""
     b = ctx.b
     src, needed = piece.src, piece.needed
     t = len(src)
     k = np.arange(t)
+    at = k if order is None else order
     if piece.mode == "own":
         return part
     dims = part.shape.dims
     pw = dims[dim]
     if piece.mode == "gather":
         gathered = ctx.f.all_gather(part, dim, groups)
-        offsets = np.where(needed, np.clip(src, 0, t - 1), 0) * pw
+        offsets = np.where(needed, at[np.clip(src, 0, t - 1)], 0) * pw
         return _cut(ctx, gathered, dim, 0, 0, offsets, pw, tidx)
     received = []
     choice = np.full(t, -1, dtype=np.int64)
     for r, rnd in enumerate(piece.rounds):
-        logical = np.concatenate([np.stack([groups[:, s_], groups[:, d_]], axis=1)
+        logical = np.concatenate([np.stack([groups[:, at[s_]], groups[:, d_]], axis=1)
                                   for s_, d_ in rnd.pairs])
         senders = np.asarray([s_ for s_, _ in rnd.pairs], np.int64)
         receivers = np.asarray([d_ for _, d_ in rnd.pairs], np.int64)
@@ -440,7 +487,10 @@ def _fetch_piece(ctx: PartitionContext, part: Instruction, dim: int, piece: _Pie
         if np.all(sent_off == sent_off[0]):
             out = _static_slice(ctx, part, dim, int(sent_off[0]), int(sent_off[0]) + w)
         else:
-            out = _cut(ctx, part, dim, 0, 0, rnd.send, w, tidx)
+            # Indexed by the sender's tile in ``cs`` (shard j sends from tile at[j]).
+            send = np.zeros(t, np.int64)
+            send[at] = rnd.send
+            out = _cut(ctx, part, dim, 0, 0, send, w, tidx)
         got = ctx.f.collective_permute(out, logical)
         # Back to part coordinates: the rows received by tile d start at its sender's
         # offset.
@@ -456,7 +506,7 @@ def _fetch_piece(ctx: PartitionContext, part: Instruction, dim: int, piece: _Pie
     out = received[0]
     for r in range(1, len(received)):
         out = b.select(device_pred(ctx, choice == r, tidx, dims), received[r], out)
-    own = needed & (src == k)
+    own = needed & (at[np.clip(src, 0, t - 1)] == k)
     if own.any():
         out = b.select(device_pred(ctx, own, tidx, dims), part, out)
     return out

@@ -46,12 +46,12 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape_inference import array_shape
-from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim, batch_window
+from hlo_spmd.passes.dot_conv_dims import DotDims, WindowDim, batch_window, rhs_nc_window
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.halo import (dilated_window_need, drop_extra_rows,
                                             exchange_window, mask_outside, plan_window,
-                                            tile_index_table, tiles_of)
+                                            source_order, tile_index_table, tiles_of)
 from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.dot import partition_dot
 from hlo_spmd.passes.partition.support.dot_dims import (data_tiles, group0_view, is_plain,
@@ -97,11 +97,17 @@ def partition_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDim
         # (an all-to-all, then halos): the cheaper.
         options = [setup] if setup.held == setup.lhs_outer else \
             [setup, setup._replace(held=setup.lhs_outer)]
+        if _in_other_order(ctx, dims, lhs.sharding, setup):
+            options.append(setup._replace(held=lhs.sharding))   # (as for the kernel's)
         halo, setup = min(((_spatial_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
                            for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
     if kernel:
         ks = _kernel_setup(dims, lhs, rhs, target, kernel)
         options = [ks] if ks.held == ks.lhs_outer else [ks, ks._replace(held=ks.lhs_outer)]
+        if _in_other_order(ctx, dims, lhs.sharding, ks):
+            # The input as it is: the halo pieces travel between the devices that hold
+            # them, with no permute of the whole input to the kernel's device order.
+            options.append(ks._replace(held=lhs.sharding))
         price, ks = min(((_kernel_price(ctx, inst, dims, lhs, rhs, target, o), i, o)
                          for i, o in enumerate(options)), key=lambda x: x[:2])[::2]
         if price <= min(whole, halo):
@@ -298,20 +304,22 @@ def _spatial_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
                          rhs_outer, held)
 
 
-def _spatial_windows(dims: DotDims, lhs: PValue, held: HloSharding, local: list[int],
-                     spatial: list, sizes: tuple[int, ...]):
-    """Per windowed dim in order: (lhs dim, output dim, window index, tiles, input starts
-    per tile, input width, the per-tile window, extra rows, the exchange's plan), with
-    ``local`` (the input's local dims) updated to the exchanged widths."""
+def _spatial_windows(ctx: PartitionContext, dims: DotDims, lhs: PValue, st: _HaloSetup,
+                     local: list[int]):
+    """Per windowed dim of ``st`` in order: (lhs dim, output dim, window index, tiles,
+    input starts per tile, input width, the per-tile window, extra rows, the exchange's
+    plan), with ``local`` (the input's local dims) updated to the exchanged widths."""
     out = []
-    for (ld, od, i), t in zip(spatial, sizes):
+    held = st.held
+    for (ld, od, i), t in zip(st.windowed, st.sizes):
         size = int(lhs.base_shape.dims[ld])
         xt, lsize = tiles_of(held, dims.lhs_rank)[ld], local[ld]
+        order = source_order(ctx, held, st.lhs_outer, ld, dims.lhs_rank)
         starts, width, w, extra = dilated_window_need(
             dims.window[i], size, t,
-            lambda st, wd: plan_window(xt, t, lsize, size, st, wd).key())
+            lambda st, wd: plan_window(xt, t, lsize, size, st, wd, order=order).key())
         out.append((ld, od, i, t, starts, width, w, extra,
-                    plan_window(xt, t, lsize, size, starts, width)))
+                    plan_window(xt, t, lsize, size, starts, width, order=order)))
         local[ld] = width
     return out
 
@@ -330,8 +338,7 @@ def _spatial_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs:
              + reshard_cost(rshape, eb[1], rhs.sharding, st.rhs_outer, n))
     local = list(ctx.local_shape(lhs.base_shape, st.held).dims)
     window = list(dims.window)
-    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(dims, lhs, st.held, list(local),
-                                                             st.windowed, st.sizes):
+    for ld, _, i, _, _, _, w, _, wplan in _spatial_windows(ctx, dims, lhs, st, list(local)):
         rows = wplan.key()[0]
         if local[ld]:
             moved += rows * float(np.prod(local)) / local[ld] * eb[0]
@@ -367,7 +374,7 @@ def _partition_spatial(ctx: PartitionContext, inst: Instruction, dims: DotDims, 
     zero = ctx.b.scalar(0, x)
     extras = []
     for ld, od, i, t, starts, width, w, extra, wplan in _spatial_windows(
-            dims, lhs, st.held, list(x.shape.dims), st.windowed, st.sizes):
+            ctx, dims, lhs, st, list(x.shape.dims)):
         size = int(lhs.base_shape.dims[ld])
         window[i] = w
         tidx = tile_index_table(ctx, st.lhs_outer, ld)
@@ -443,6 +450,25 @@ def _kernel_setup(dims: DotDims, lhs: PValue, rhs: PValue, target: HloSharding,
                         rhs_outer, held)
 
 
+def _in_other_order(ctx: PartitionContext, dims: DotDims, s: HloSharding,
+                    ks: _HaloSetup) -> bool:
+    """Whether the input, sharded ``s``, may feed a halo way as it is: it tiles one
+    windowed dim in another device order than the groups (``source_order``) and every
+    other windowed dim whole or in the groups' order."""
+    if s == ks.held or not s.is_tiled:
+        return False
+    rank = dims.lhs_rank
+    st, ot = tiles_of(s, rank), tiles_of(ks.lhs_outer, rank)
+    other = 0
+    for ld, *_ in ks.windowed:
+        if source_order(ctx, s, ks.lhs_outer, ld, rank) is not None:
+            other += 1
+        elif st[ld] != 1 and (st[ld] != ot[ld] or not np.array_equal(
+                tile_index_table(ctx, s, ld), tile_index_table(ctx, ks.lhs_outer, ld))):
+            return False
+    return other == 1
+
+
 def _kernel_windows(dims: DotDims, lhs: PValue, rhs: PValue, ks: _HaloSetup):
     """Per kernel-tiled dim: (lhs dim, kernel dim, window index, tiles, input starts per
     tile, input width, the kernel rows per tile, the per-tile window)."""
@@ -482,7 +508,9 @@ def _kernel_price(ctx: PartitionContext, inst: Instruction, dims: DotDims, lhs: 
     window = list(dims.window)
     xt = tiles_of(ks.held, dims.lhs_rank)
     for ld, rd, i, t, starts, width, rk, w in _kernel_windows(dims, lhs, rhs, ks):
-        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width)
+        order = source_order(ctx, ks.held, ks.lhs_outer, ld, dims.lhs_rank)
+        wplan = plan_window(xt[ld], t, local[ld], int(lshape[ld]), starts, width,
+                            order=order)
         if local[ld]:
             moved += wplan.key()[0] * float(np.prod(local)) / local[ld] * eb[0]
         local[ld] = width
@@ -552,18 +580,20 @@ def local_convolution(ctx: PartitionContext, inst: Instruction, dims: DotDims,
     for d in dims.contracting:
         if d.spatial >= 0:
             attrs.window.dimensions[d.spatial].size = r.shape.dims[d.rhs]
-    for d in dims.batch:
-        if d.spatial >= 0:   # a batch-like window, for the shard's rows
-            w = batch_window(dims.window[d.spatial], l.shape.dims[d.lhs])
-            wd = attrs.window.dimensions[d.spatial]
-            for field, value, default in (
-                    ("size", w.size, 0), ("stride", w.stride, 1),
-                    ("padding_low", w.padding_low, 0), ("padding_high", w.padding_high, 0),
-                    ("window_dilation", w.window_dilation, 1),
-                    ("base_dilation", w.base_dilation, 1),
-                    ("window_reversal", w.window_reversal, False)):
-                if (getattr(wd, field) or default) != value:
-                    setattr(wd, field, value)
+    shard_windows = [(d, batch_window(dims.window[d.spatial], l.shape.dims[d.lhs]))
+                     for d in dims.batch if d.spatial >= 0]    # a batch-like window
+    shard_windows += [(d, rhs_nc_window(r.shape.dims[d.rhs]))  # kernel rows = output rows
+                      for d in dims.rhs_non_contracting if d.spatial >= 0]
+    for d, w in shard_windows:   # the window for the shard's rows
+        wd = attrs.window.dimensions[d.spatial]
+        for field, value, default in (
+                ("size", w.size, 0), ("stride", w.stride, 1),
+                ("padding_low", w.padding_low, 0), ("padding_high", w.padding_high, 0),
+                ("window_dilation", w.window_dilation, 1),
+                ("base_dilation", w.base_dilation, 1),
+                ("window_reversal", w.window_reversal, False)):
+            if (getattr(wd, field) or default) != value:
+                setattr(wd, field, value)
     if c.feature_group_count > 1:
         attrs.feature_group_count = l.shape.dims[c.in_feature] // r.shape.dims[c.k_in]
     if c.batch_group_count > 1:

@@ -152,27 +152,52 @@ def compute_candidates(target: HloSharding, moving: Sequence[int], identity: Seq
     return out
 
 
+def users_need(ctx: PartitionContext, inst: Instruction) -> list[HloSharding]:
+    """Layouts the users of ``inst`` will reshard it to, where a user's handler is known
+    to (a look-ahead for ``choose_compute_sharding``): a dynamic-slice reads its operand
+    whole on the dims it slices (XLA's jnp.roll pattern, concatenate + dynamic-slice)."""
+    from hlo_spmd.passes.partition.handlers.shapes import _scalar_starts, _whole_layout
+
+    out = []
+    for user in ctx.state.users().get(id(inst), []):
+        if (user is not None and user.opcode == "dynamic-slice" and user.operands[0] is inst
+                and _scalar_starts(user, 1)):
+            need = _whole_layout(user, compute_sharding(ctx, user))
+            if need.is_tiled or need.is_replicated:
+                out.append(need)
+    return out
+
+
 def choose_compute_sharding(ctx: PartitionContext, inst: Instruction, target: HloSharding,
                             moving: Sequence[int], identity: Sequence[int],
                             cost) -> HloSharding:
     """The sharding to compute ``inst`` in: ``target`` (windows exchanged per tiled dim)
     unless computing in a candidate of ``compute_candidates`` and resharding the result to
     ``target`` moves fewer bytes per device. ``cost(s)``: the bytes computing in ``s``
-    moves (operands resharded + windows), None when unknown."""
+    moves (operands resharded + windows), None when unknown. Users that will reshard the
+    result (``users_need``) are priced too: from the candidate they need, the way back
+    is remembered (the reshard cache's reverse entry) and costs nothing."""
     base = cost(target)
-    if base is None or base <= 0:
+    if base is None or not inst.shape.is_array:
+        return target  # (the way back is priced per array; several results stay put)
+    dims, size, n = inst.shape.dims, itemsize(inst.shape), ctx.num_devices
+    needs = users_need(ctx, inst) if target.is_tiled else []
+
+    def later(s: HloSharding) -> float:
+        return sum(0.0 if need in (s, target) else reshard_cost(dims, size, target, need, n)
+                   for need in needs)
+
+    base += later(target)
+    if base <= 0:
         return target
     best, best_cost = target, base
-    if not inst.shape.is_array:
-        return target  # (the way back is priced per array; several results stay put)
     for cand in compute_candidates(target, moving, identity, inst.shape.rank):
         c = cost(cand)
         if c is None or c >= best_cost - 1e-6:
             continue
-        back = reshard_cost(inst.shape.dims, itemsize(inst.shape), cand, target,
-                            ctx.num_devices)
-        if c + back < best_cost - 1e-6:
-            best, best_cost = cand, c + back
+        back = reshard_cost(dims, size, cand, target, n)
+        if c + back + later(cand) < best_cost - 1e-6:
+            best, best_cost = cand, c + back + later(cand)
     return best
 
 
@@ -397,7 +422,9 @@ def _concat_cost(ctx: PartitionContext, inst: Instruction, s: HloSharding) -> fl
     tiles = tiles_of(s, rank)
     cost = 0.0
     if tiles[dim] == 1:
-        for op in inst.operands:
+        # An operand listed twice is resharded once (the reshard cache hands the second
+        # use the first one's result), so it is priced once.
+        for op in dict.fromkeys(inst.operands):
             cost += reshard_price(ctx, ctx.value(op), s)[0]
         return cost
     o = tile_shape(s, inst.shape.dims)[dim]
