@@ -16,7 +16,7 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
-    _fallback, _has_empty, compute_sharding, device_scalar, position_mask, tiles_of,
+    _fallback, _has_empty, _scalar_starts, _whole_layout, compute_sharding, device_scalar, position_mask, tiles_of,
     tile_index_table)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
@@ -298,10 +298,6 @@ def handle_iota(ctx: PartitionContext, inst: Instruction) -> PValue:
 
 
 # -- dynamic-slice --------------------------------------------------------------------------
-def _scalar_starts(inst: Instruction, first: int) -> bool:
-    return all(o.shape.rank == 0 for o in inst.operands[first:])
-
-
 @handles("dynamic-slice")
 def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Sliced dims are computed whole (operand replicated there), then cut locally;
@@ -314,17 +310,6 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     from hlo_spmd.passes.partition.support.dynamic_window import dynamic_slice_or
 
     return dynamic_slice_or(ctx, inst, target, lambda: _dynamic_slice_whole(ctx, inst, target))
-
-
-def _whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
-    """``target`` with the sliced dims whole: what the generic dynamic-slice computes in."""
-    operand = inst.operands[0]
-    rank = operand.shape.rank
-    sizes = list(inst.attrs.dynamic_slice_sizes)
-    tiles = tiles_of(target, rank)
-    sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
-    return partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
-        if target.is_tiled else target
 
 
 def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,

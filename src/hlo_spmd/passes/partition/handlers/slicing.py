@@ -152,12 +152,26 @@ def compute_candidates(target: HloSharding, moving: Sequence[int], identity: Seq
     return out
 
 
+def _scalar_starts(inst: Instruction, first: int) -> bool:
+    return all(o.shape.rank == 0 for o in inst.operands[first:])
+
+
+def _whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
+    """``target`` with the sliced dims whole: what the generic dynamic-slice (in ``shapes``)
+    computes in."""
+    operand = inst.operands[0]
+    rank = operand.shape.rank
+    sizes = list(inst.attrs.dynamic_slice_sizes)
+    tiles = tiles_of(target, rank)
+    sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
+    return partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
+        if target.is_tiled else target
+
+
 def users_need(ctx: PartitionContext, inst: Instruction) -> list[HloSharding]:
     """Layouts the users of ``inst`` will reshard it to, where a user's handler is known
     to (a look-ahead for ``choose_compute_sharding``): a dynamic-slice reads its operand
     whole on the dims it slices (XLA's jnp.roll pattern, concatenate + dynamic-slice)."""
-    from hlo_spmd.passes.partition.handlers.shapes import _scalar_starts, _whole_layout
-
     out = []
     for user in ctx.state.users().get(id(inst), []):
         if (user is not None and user.opcode == "dynamic-slice" and user.operands[0] is inst
