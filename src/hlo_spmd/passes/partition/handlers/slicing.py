@@ -152,17 +152,32 @@ def compute_candidates(target: HloSharding, moving: Sequence[int], identity: Seq
     return out
 
 
+def scalar_starts(inst: Instruction, first: int) -> bool:
+    """The start indices from operand ``first`` on are scalars (dynamic-(update-)slice)."""
+    return all(o.shape.rank == 0 for o in inst.operands[first:])
+
+
+def dynamic_slice_whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
+    """``target`` with the sliced dims whole: what the generic dynamic-slice computes in
+    (shapes.py), and what it asks of its operand."""
+    operand = inst.operands[0]
+    rank = operand.shape.rank
+    sizes = list(inst.attrs.dynamic_slice_sizes)
+    tiles = tiles_of(target, rank)
+    sliced = [d for d in range(rank) if sizes[d] < operand.shape.dims[d]]
+    return partial_replicate(target, [d for d in sliced if tiles[d] > 1]) \
+        if target.is_tiled else target
+
+
 def users_need(ctx: PartitionContext, inst: Instruction) -> list[HloSharding]:
     """Layouts the users of ``inst`` will reshard it to, where a user's handler is known
     to (a look-ahead for ``choose_compute_sharding``): a dynamic-slice reads its operand
     whole on the dims it slices (XLA's jnp.roll pattern, concatenate + dynamic-slice)."""
-    from hlo_spmd.passes.partition.handlers.shapes import _scalar_starts, _whole_layout
-
     out = []
     for user in ctx.state.users(inst):
         if (user.opcode == "dynamic-slice" and user.operands[0] is inst
-                and _scalar_starts(user, 1)):
-            need = _whole_layout(user, compute_sharding(ctx, user))
+                and scalar_starts(user, 1)):
+            need = dynamic_slice_whole_layout(user, compute_sharding(ctx, user))
             if need.is_tiled or need.is_replicated:
                 out.append(need)
     return out
