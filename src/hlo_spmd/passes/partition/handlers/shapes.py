@@ -16,8 +16,8 @@ from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
-    _fallback, _has_empty, _scalar_starts, _whole_layout, compute_sharding, device_scalar, position_mask, tiles_of,
-    tile_index_table)
+    _fallback, _has_empty, compute_sharding, device_scalar, dynamic_slice_whole_layout,
+    position_mask, scalar_starts, tiles_of, tile_index_table)
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.recreate import (  # noqa: F401  (re-exported)
     broadcast_operand_sharding, local_iota, with_kind_of as remake)
@@ -305,7 +305,7 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     summed from the tiles (``dynamic_window``), whichever costs less."""
     target = compute_sharding(ctx, inst)
     operand = inst.operands[0]
-    if not _scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
+    if not scalar_starts(inst, 1) or _has_empty(operand.shape, inst.shape):
         return _fallback(ctx, inst)
     from hlo_spmd.passes.partition.support.dynamic_window import dynamic_slice_or
 
@@ -315,8 +315,8 @@ def handle_dynamic_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
 def _dynamic_slice_whole(ctx: PartitionContext, inst: Instruction,
                          target: HloSharding) -> Strategy:
     """The generic dynamic-slice as a priced plan: the operand resharded to
-    ``_whole_layout``, a local dynamic-slice, the result resharded to ``target``."""
-    mid = _whole_layout(inst, target)
+    ``dynamic_slice_whole_layout``, a local dynamic-slice, the result resharded to ``target``."""
+    mid = dynamic_slice_whole_layout(inst, target)
     operand = inst.operands[0]
     nbytes, peak = moves(ctx, [(ctx.value(operand), mid)])
     if mid.is_manual or target.is_manual:
@@ -347,7 +347,7 @@ def handle_dynamic_update_slice(ctx: PartitionContext, inst: Instruction) -> PVa
     target = compute_sharding(ctx, inst)
     base_op, upd_op = inst.operands[0], inst.operands[1]
     rank = base_op.shape.rank
-    if not _scalar_starts(inst, 2) or _has_empty(base_op.shape, upd_op.shape):
+    if not scalar_starts(inst, 2) or _has_empty(base_op.shape, upd_op.shape):
         return _fallback(ctx, inst)
     b = ctx.b
     dims = base_op.shape.dims

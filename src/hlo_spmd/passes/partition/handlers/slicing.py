@@ -152,13 +152,14 @@ def compute_candidates(target: HloSharding, moving: Sequence[int], identity: Seq
     return out
 
 
-def _scalar_starts(inst: Instruction, first: int) -> bool:
+def scalar_starts(inst: Instruction, first: int) -> bool:
+    """The start indices from operand ``first`` on are scalars (dynamic-(update-)slice)."""
     return all(o.shape.rank == 0 for o in inst.operands[first:])
 
 
-def _whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
-    """``target`` with the sliced dims whole: what the generic dynamic-slice (in ``shapes``)
-    computes in."""
+def dynamic_slice_whole_layout(inst: Instruction, target: HloSharding) -> HloSharding:
+    """``target`` with the sliced dims whole: what the generic dynamic-slice computes in
+    (shapes.py), and what it asks of its operand."""
     operand = inst.operands[0]
     rank = operand.shape.rank
     sizes = list(inst.attrs.dynamic_slice_sizes)
@@ -175,8 +176,8 @@ def users_need(ctx: PartitionContext, inst: Instruction) -> list[HloSharding]:
     out = []
     for user in ctx.state.users().get(id(inst), []):
         if (user is not None and user.opcode == "dynamic-slice" and user.operands[0] is inst
-                and _scalar_starts(user, 1)):
-            need = _whole_layout(user, compute_sharding(ctx, user))
+                and scalar_starts(user, 1)):
+            need = dynamic_slice_whole_layout(user, compute_sharding(ctx, user))
             if need.is_tiled or need.is_replicated:
                 out.append(need)
     return out
