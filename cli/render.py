@@ -257,11 +257,18 @@ def render_search(report: dict) -> None:
     for o in report["outputs"]:
         rows.append(["out" if o["output"] is None else f"out#{o['output']}", "", o["shape"],
                      o["partition_spec"] or "-", o["hlo"] or "-", ""])
+    for c in report.get("constraints", ()):
+        rows.append(["constraint", c["name"], c["shape"], c["partition_spec"], c["hlo"], ""])
     emit_table(f"chosen shardings on mesh {report['mesh']}",
                ["target", "name", "shape", "mesh axes", "HLO sharding", ""], rows)
     fig = [["search", format_bytes(report["winner"]["bytes_per_device"]),
             _cell(report["winner"]["collectives"]), format_bytes(report["winner"]["peak_bytes"]),
             "yes" if report["winner"]["fits"] else "no"]]
+    without = report["search"].get("without_constraints")
+    if report.get("constraints") and without is not None:
+        fig.append(["search without constraints", format_bytes(without["bytes_per_device"]),
+                    _cell(without["collectives"]), format_bytes(without["peak_bytes"]),
+                    "yes" if without["fits"] else "no"])
     for name, b in report["baselines"].items():
         fig.append([name, format_bytes(b["bytes_per_device"]), _cell(b["collectives"]),
                     format_bytes(b["peak_bytes"]), "yes" if b["fits"] else "no"])

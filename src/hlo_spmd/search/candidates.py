@@ -102,9 +102,40 @@ def structural_groups(module: Module, params: Sequence[Instruction],
             new[inst] = hash((label[inst], ins, outs))
         label = new
     groups: dict[int, list[Instruction]] = {}
-    for p in sorted(params, key=lambda p: p.parameter_number):
+    position = {id(i): k for k, i in enumerate(comp.instructions)}
+    for p in sorted(params, key=lambda p: (p.parameter_number if p.opcode == "parameter"
+                                           else -1, position[id(p)])):
         groups.setdefault(label[p], []).append(p)
     return list(groups.values())
+
+
+#: Opcodes whose results are constraint sites: the activations, where completion picks a
+#: layout from whichever operand it reaches first and a constraint can pick another.
+SITE_OPCODES = frozenset({"dot", "convolution"})
+
+
+def constraint_sites(module: Module, limit: int) -> list[list[Instruction]]:
+    """Candidate sites of intermediate sharding constraints: the unannotated array
+    results of dots and convolutions in the entry computation (not its root: that is an
+    output decision), grouped by structural signature like the parameters (the same
+    activation of every repeated layer is one decision). The ``limit`` groups of the
+    largest values (per-member bytes x members) come first; the rest are not tried."""
+    from hlo_spmd.ir.primitive_types import element_bytes
+
+    comp = module.entry
+    root = comp.root
+    sites = [i for i in comp.instructions
+             if i.opcode in SITE_OPCODES and i is not root and i.sharding is None
+             and i.shape.is_array and i.shape.rank > 0]
+    if not sites or limit <= 0:
+        return []
+    groups = structural_groups(module, sites)
+
+    def size(g: Sequence[Instruction]) -> float:
+        s = g[0].shape
+        return math.prod(s.dims) * element_bytes(s.element_type) * len(g)
+
+    return sorted(groups, key=size, reverse=True)[:limit]
 
 
 def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
@@ -148,7 +179,7 @@ def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
     return [sorted(m, key=lambda p: p.parameter_number) for m in merged.values()]
 
 
-__all__ = ["elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
+__all__ = ["constraint_sites", "elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
            "parameter_candidates", "structural_groups"]
 
 

@@ -45,11 +45,15 @@ from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
 from hlo_spmd.search.candidates import (Spec, attach_outputs, elementwise_bundles, member_key,
                                         output_slots, parameter_candidates, structural_groups)
+from hlo_spmd.search.report import figures
 from hlo_spmd.search.pricing import (Price, Pricer, assignment_key, price_key, price_of,
                                      target)
 
 #: Forward distance (instructions) within which two parameters count as interacting.
 MEET_RADIUS = 2
+#: Groups of intermediate values (the largest activations first) the constraint round
+#: tries: each costs a partition per candidate spec.
+MAX_SITES = 6
 #: Above this (entry instructions x single moves), moves are priced on slices
 #: (:mod:`~hlo_spmd.search.local`) instead of whole-module partitions.
 EXACT_WORK = 20_000
@@ -148,6 +152,17 @@ def _parameter_bytes(module: Module, assignment: Mapping, mesh) -> float:
     return total
 
 
+def _constraint_rows(annotated: Module, extra: Mapping[str, Spec], axes) -> list[dict]:
+    """The report's rows of the chosen intermediate constraints, as written into the
+    annotated module (each one the instruction's own sharding attribute)."""
+    from hlo_spmd.search.candidates import partition_spec_text, spec_text
+
+    by_name = {i.name: i for i in annotated.entry.instructions}
+    return [{"name": name, "shape": by_name[name].shape.to_text(print_layout=False),
+             "spec": spec_text(spec), "partition_spec": partition_spec_text(spec),
+             "hlo": str(by_name[name].sharding)} for name, spec in sorted(extra.items())]
+
+
 def _no_fit(pricer: Pricer, limit: int | None):
     peaks = [p.peak for p in pricer.cache.values() if p is not None]
     smallest = min(peaks) if peaks else None
@@ -204,13 +219,55 @@ def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_f
     return pinned
 
 
+def _constraint_round(price: Callable[[Mapping], Price | None], probe: Module, axes,
+                      start: Mapping, limit: int | None, max_sites: int,
+                      say: Callable[[str], None]) -> tuple[dict, int]:
+    """``start`` (the converged parameter/output assignment) with intermediate sharding
+    constraints added where they pay, and how many sites were tried. Each site group
+    (:func:`~hlo_spmd.search.candidates.constraint_sites`) tries its candidate specs on
+    all its members at once; "no constraint" is the incumbent. The groups whose best
+    candidate beats the incumbent (by :func:`~hlo_spmd.search.pricing.price_key`) are
+    then added one by one, best first, each kept only if it still improves the
+    assignment with the ones kept before it (constraints interact: two activations of
+    one chain)."""
+    from hlo_spmd.search.candidates import constraint_sites
+
+    sites = constraint_sites(probe, max_sites)
+    if not sites:
+        return dict(start), 0
+    say(f"constraint round: pricing {len(sites)} intermediate site groups")
+    base_key = price_key(price(start), limit)
+    paying: list[tuple[tuple, list[Instruction], Spec]] = []
+    for members in sites:
+        best: tuple[tuple, Spec] | None = None
+        for spec in parameter_candidates(members[0].shape.dims, axes):
+            trial = dict(start)
+            trial.update({m.name: spec for m in members})
+            k = price_key(price(trial), limit)
+            if k < base_key and (best is None or k < best[0]):
+                best = (k, spec)
+        if best is not None:
+            paying.append((best[0], members, best[1]))
+    current, current_key = dict(start), base_key
+    for _, members, spec in sorted(paying, key=lambda t: t[0]):
+        trial = dict(current)
+        trial.update({m.name: spec for m in members})
+        k = price_key(price(trial), limit)
+        if k < current_key:
+            current, current_key = trial, k
+    return current, len(sites)
+
+
 def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = None, *,
            progress: Callable[[str], None] | None = None, rounds: int = 4, top_k: int = 4,
-           pair_top: int = 2, restarts: int = 3) -> SearchResult:
+           pair_top: int = 2, restarts: int = 3, constraint_sites: int = MAX_SITES
+           ) -> SearchResult:
     """Choose entry-parameter (and output) shardings of ``src`` on ``mesh`` minimising the
     bytes per device the partitioned program moves, with its peak live memory per device
     within ``memory_limit`` (bytes, or a size such as ``"16GiB"``; None: no limit).
     ``shard``: annotations kept as constraints (the ``partition`` API's form).
+    ``constraint_sites``: how many groups of intermediate values (activations) may get
+    a sharding constraint (0: parameters and outputs only).
     ``progress`` is called with the name of each step (the library never prints)."""
     from hlo_spmd.annotations import normalize_annotations
     from hlo_spmd.annotations.cli_spec import parse_mesh
@@ -363,9 +420,17 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     candidates = [incumbent]
     if local and solutions and solutions[0] != incumbent:
         candidates.insert(0, solutions[0])  # priced whole once, below; kept if it wins
+    without = pricer.price(expand(incumbent))
+    extra: dict[str, Spec] = {}
+    sites_tried = 0
+    if not local:
+        with_sites, sites_tried = _constraint_round(
+            pricer.price, probe, axes, expand(incumbent), limit, constraint_sites, say)
+        extra = {k: v for k, v in with_sites.items() if isinstance(k, str)
+                 and k not in expand(incumbent)}
     final = None
     for choice in candidates:
-        winner = expand(choice)
+        winner = {**expand(choice), **extra}
         if not local:
             win_price = pricer.price(winner)
             if win_price is None or (limit is not None and win_price.peak > limit):
@@ -378,7 +443,8 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
         if final is None or price_key(got[2], limit) < price_key(final[2], limit):
             final = got
         if not local or (limit is None or got[2].peak <= limit) and price_key(
-                got[2], limit) <= price_key(pricer.price(expand(incumbent)), limit):
+                got[2], limit) <= price_key(pricer.price({**expand(incumbent), **extra}),
+                                            limit):
             break
     if final is None or (limit is not None and final[2].peak > limit):
         _no_fit(pricer, limit)
@@ -386,13 +452,15 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     report = build_report(
         final_source, axes, limit, final_price, priced_baselines,
         fixed={p.parameter_number for p in params if p.sharding is not None},
-        groups=groups, search={
+        groups=groups, constraints=_constraint_rows(annotated, extra, axes), search={
             "solver": "HiGHS (scipy.optimize.milp)", "groups": len(groups),
             "free_parameters": len(free),
             "candidates": sum(len(c) for c in cands), "rounds": done_rounds,
             "pricing": "slices" if local else "whole module",
             "partitions_priced": pricer.partitions,
             "slice_partitions": local_pricer.partitions if local_pricer else 0,
+            "constraint_sites_tried": sites_tried,
+            "without_constraints": figures(without, limit),
             "seconds": round(time.monotonic() - t0, 3)})
     return SearchResult(annotated, final, report)
 

@@ -14,7 +14,7 @@ from hlo_spmd.search.candidates import Mesh, Spec, partition_spec_text, spec_tex
 from hlo_spmd.search.pricing import Price, assignment_key
 
 
-def _figures(price: Price | None, limit: int | None) -> dict:
+def figures(price: Price | None, limit: int | None) -> dict:
     if price is None:
         return {"bytes_per_device": None, "collectives": None, "peak_bytes": None,
                 "fits": False}
@@ -45,7 +45,8 @@ def _entry(sharding, shape, mesh: Mesh) -> dict:
 
 def build_report(source: Module, mesh: Mesh, limit: int | None, price: Price,
                  baselines: Mapping[str, tuple[Mapping[int, Spec], Price | None]],
-                 fixed: set[int], groups: Sequence[Sequence[Any]], search: dict) -> dict:
+                 fixed: set[int], groups: Sequence[Sequence[Any]], search: dict,
+                 constraints: Sequence[dict] = ()) -> dict:
     """``source``: the annotated module after completion (every parameter and the root
     carry their final shardings)."""
     from hlo_spmd.annotations.cli_spec import mesh_text
@@ -73,14 +74,15 @@ def build_report(source: Module, mesh: Mesh, limit: int | None, price: Price,
     return {
         "mesh": mesh_text(mesh),
         "memory_limit": limit,
-        "winner": _figures(price, limit),
+        "winner": figures(price, limit),
         "parameters": params,
         "outputs": outputs,
-        "baselines": {name: {**_figures(p, limit),
+        "constraints": list(constraints),
+        "baselines": {name: {**figures(p, limit),
                              "parameters": {t: spec_text(s) for t, s in assignment_key(a)}}
                       for name, (a, p) in baselines.items()},
         "search": search,
     }
 
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "figures"]
