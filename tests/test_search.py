@@ -319,3 +319,66 @@ def test_a_normalized_input_is_data_in_the_baselines():
     named = baselines(m, m.entry.parameters, parse_mesh(sm.MESH))
     assert named["megatron"][0] == ("data", None)
     assert named["megatron_fsdp"] == {0: ("data", None), 1: ("data", "model")}
+
+
+def _activation_heavy():
+    """x @ w, then an elementwise chain on the (large) product, summed to a scalar; the
+    module pins both parameters replicated (constraints the search keeps) and the scalar
+    output has no layout: only a constraint on the product can shard the chain."""
+    import jax.numpy as jnp
+
+    def f(x, w):
+        y = x @ w
+        z = jnp.tanh(y) * y + jnp.exp(-y * y)
+        return jnp.sum(z * z)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 16), dtype=np.float32),
+            (rng.standard_normal((16, 512)) * 0.1).astype(np.float32)]
+    hlo = sm._lower(f, args)
+    m = hlo_spmd.load(hlo)
+    hlo_spmd.annotate(m, sm.MESH, {"#0": "_,_", "#1": "_,_"})
+    return hlo, m, args
+
+
+def test_an_activation_constraint_pays_under_the_budget():
+    hlo, m, args = _activation_heavy()
+    bare = hlo_spmd.search(m, mesh=sm.MESH, memory_limit=None, constraint_sites=0)
+    assert bare.report["constraints"] == []
+    bare_peak = bare.report["winner"]["peak_bytes"]
+    # Parameters and output alone cannot go under the replicated chain's peak.
+    with pytest.raises(hlo_spmd.search.SearchError):
+        hlo_spmd.search(m, mesh=sm.MESH, memory_limit=bare_peak - 1, constraint_sites=0)
+    got = hlo_spmd.search(m, mesh=sm.MESH, memory_limit=bare_peak - 1)
+    cons = got.report["constraints"]
+    assert [c["name"] for c in cons] == [
+        i.name for i in m.entry.instructions if i.opcode == "dot"]
+    assert cons[0]["partition_spec"].startswith("PartitionSpec(") and cons[0]["hlo"] != "{replicated}"
+    real = price_of(got.partition)
+    assert real.peak <= bare_peak - 1 < bare_peak
+    without = got.report["search"]["without_constraints"]
+    assert without["peak_bytes"] == bare_peak and not without["fits"]
+    # Written as the instruction's own sharding: partitioning the annotated module
+    # gives exactly the search's program.
+    inst = {i.name: i for i in got.annotated.entry.instructions}[cons[0]["name"]]
+    assert str(inst.sharding) == cons[0]["hlo"]
+    again = hlo_spmd.partition(hlo_spmd.load(module_bytes(got.annotated)))
+    assert again.serialize() == got.partition.serialize()
+    want = run_unpartitioned(hlo, args)
+    outs = run_partitioned(got.partition.serialize(), args, 8, poison_padding=True)
+    np.testing.assert_allclose(outs[0], want[0], rtol=1e-4, atol=1e-3)
+
+
+def test_the_constraint_round_keeps_the_mlp_figures():
+    case = _case("mlp")
+    module = hlo_spmd.load(case.hlo)
+    expert = price_of(hlo_spmd.partition(module, mesh=sm.MESH, shard=case.expert))
+    bare = hlo_spmd.search(module, mesh=sm.MESH, memory_limit=expert.peak,
+                           constraint_sites=0).report["winner"]
+    got = hlo_spmd.search(module, mesh=sm.MESH, memory_limit=expert.peak)
+    win = got.report["winner"]
+    assert got.report["search"]["constraint_sites_tried"] > 0
+    key = lambda w: (w["bytes_per_device"], w["collectives"], w["peak_bytes"])  # noqa: E731
+    assert key(win) <= key(bare)
+    if not got.report["constraints"]:
+        assert key(win) == key(bare)
