@@ -163,6 +163,39 @@ def _constraint_rows(annotated: Module, extra: Mapping[str, Spec], axes) -> list
              "hlo": str(by_name[name].sharding)} for name, spec in sorted(extra.items())]
 
 
+def _local_constraints(local_pricer, probe: Module, axes, max_sites: int,
+                       base: Price | None, limit: int | None,
+                       say: Callable[[str], None]) -> tuple[dict[str, Spec], int]:
+    """Large modules: each site group's best candidate spec by its slice delta, kept
+    when it lowers it: (bytes, collectives, peak) while the incumbent ``base`` fits
+    ``limit`` (and the estimated peak stays within it), the peak first while it does
+    not. The driver partitions the result whole and keeps it only if it wins."""
+    over = base is not None and limit is not None and base.peak > limit
+
+    def rank(d: tuple[float, float, float]) -> tuple | None:
+        if over:
+            return (d[2], d[0], d[1])
+        if base is not None and limit is not None and base.peak + d[2] > limit:
+            return None
+        return d
+    from hlo_spmd.search.candidates import constraint_sites
+
+    sites = constraint_sites(probe, max_sites)
+    if sites:
+        say(f"constraint round: pricing {len(sites)} intermediate site groups on slices")
+    extra: dict[str, Spec] = {}
+    for members in sites:
+        best = None
+        for spec in parameter_candidates(members[0].shape.dims, axes):
+            d = local_pricer.site(members, spec)
+            r = None if d is None else rank(d)
+            if r is not None and r < (0.0, 0.0, 0.0) and (best is None or r < best[0]):
+                best = (r, spec)
+        if best is not None:
+            extra.update({m.name: best[1] for m in members})
+    return extra, len(sites)
+
+
 def _no_fit(pricer: Pricer, limit: int | None):
     peaks = [p.peak for p in pricer.cache.values() if p is not None]
     smallest = min(peaks) if peaks else None
@@ -428,9 +461,17 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
             pricer.price, probe, axes, expand(incumbent), limit, constraint_sites, say)
         extra = {k: v for k, v in with_sites.items() if isinstance(k, str)
                  and k not in expand(incumbent)}
+    elif local_pricer is not None:
+        extra, sites_tried = _local_constraints(local_pricer, probe, axes, constraint_sites,
+                                                without, limit, say)
+    # (large modules: the constraints were priced on slices; the choices with them are
+    # partitioned whole first, those without stay as the fallback)
+    tries = [(c, extra) for c in candidates] + ([(c, {}) for c in candidates]
+                                               if local and extra else [])
     final = None
-    for choice in candidates:
-        winner = {**expand(choice), **extra}
+    final_extra: dict[str, Spec] = {}
+    for choice, with_extra in tries:
+        winner = {**expand(choice), **with_extra}
         if not local:
             win_price = pricer.price(winner)
             if win_price is None or (limit is not None and win_price.peak > limit):
@@ -440,11 +481,17 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
                       complete_only=local)
         if got is None:
             continue
-        if final is None or price_key(got[2], limit) < price_key(final[2], limit):
-            final = got
-        if not local or (limit is None or got[2].peak <= limit) and price_key(
-                got[2], limit) <= price_key(pricer.price({**expand(incumbent), **extra}),
-                                            limit):
+        got_key = price_key(got[2], limit)
+        if not with_extra and local and extra:
+            without = got[2] if without is None or got_key < price_key(without, limit) \
+                else without
+        # (a tie goes to the program without constraints)
+        if final is None or got_key < price_key(final[2], limit) or (
+                got_key == price_key(final[2], limit) and final_extra and not with_extra):
+            final, final_extra = got, with_extra
+        inc_key = price_key(pricer.price(expand(incumbent)), limit)
+        if not local or (limit is None or got[2].peak <= limit) and (
+                got_key < inc_key if with_extra else got_key <= inc_key):
             break
     if final is None or (limit is not None and final[2].peak > limit):
         _no_fit(pricer, limit)
@@ -452,7 +499,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     report = build_report(
         final_source, axes, limit, final_price, priced_baselines,
         fixed={p.parameter_number for p in params if p.sharding is not None},
-        groups=groups, constraints=_constraint_rows(annotated, extra, axes), search={
+        groups=groups, constraints=_constraint_rows(annotated, final_extra, axes), search={
             "solver": "HiGHS (scipy.optimize.milp)", "groups": len(groups),
             "free_parameters": len(free),
             "candidates": sum(len(c) for c in cands), "rounds": done_rounds,

@@ -280,6 +280,31 @@ class LocalPricer:
                 (both.collectives - only_g.collectives - only_h.collectives
                  + base.collectives) * m, 0.0)
 
+    def site(self, members: Sequence[Instruction], spec: Spec) -> Delta | None:
+        """The change a sharding constraint ``spec`` on every member of a group of
+        intermediate values (:func:`~hlo_spmd.search.candidates.constraint_sites`, named
+        as in ``probe``) makes, priced on the slice around the middle member and scaled
+        by the group's size. The peak change is the slice's (an estimate: the driver
+        partitions the chosen constraints whole)."""
+        by_name = {i.name: i for i in self.comp.instructions}
+        here = [by_name[m.name] for m in members if m.name in by_name]
+        if not here:
+            return None
+        rep = here[len(here) // 2]
+        key = ("site", rep.name)
+        sl = self._slice(key, [rep])
+        if sl is None:
+            return None
+        pricer = sl[0]
+        before = pricer.partitions
+        b, p = pricer.price({}), pricer.price({rep.name: spec})
+        self.partitions += pricer.partitions - before
+        if b is None or p is None:
+            return None
+        m = float(len(members))
+        return ((p.bytes - b.bytes) * m, (p.collectives - b.collectives) * m,
+                float(p.peak - b.peak))
+
     def meeting_pairs(self) -> set[tuple[int, int]]:
         out = set()
         for g in range(len(self.groups)):
