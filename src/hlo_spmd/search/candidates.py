@@ -109,23 +109,21 @@ def structural_groups(module: Module, params: Sequence[Instruction],
     return list(groups.values())
 
 
-#: Opcodes whose results are constraint sites: the activations, where completion picks a
-#: layout from whichever operand it reaches first and a constraint can pick another.
-SITE_OPCODES = frozenset({"dot", "convolution"})
-
-
 def constraint_sites(module: Module, limit: int) -> list[list[Instruction]]:
     """Candidate sites of intermediate sharding constraints: the unannotated array
     results of dots and convolutions in the entry computation (not its root: that is an
     output decision), grouped by structural signature like the parameters (the same
     activation of every repeated layer is one decision). The ``limit`` groups of the
     largest values (per-member bytes x members) come first; the rest are not tried."""
+    from hlo_spmd.ir.opcodes import CONTRACTIONS
     from hlo_spmd.ir.primitive_types import element_bytes
 
     comp = module.entry
     root = comp.root
+    # (the contractions' results: activations and gradients, where completion picks a
+    # layout from whichever operand it reaches first and a constraint can pick another)
     sites = [i for i in comp.instructions
-             if i.opcode in SITE_OPCODES and i is not root and i.sharding is None
+             if i.opcode in CONTRACTIONS and i is not root and i.sharding is None
              and i.shape.is_array and i.shape.rank > 0]
     if not sites or limit <= 0:
         return []
