@@ -23,14 +23,23 @@ integer program (:mod:`~hlo_spmd.search.solver`, HiGHS) over measured prices.
    (:mod:`~hlo_spmd.search.local`), the baselines are priced whole as the seeds they
    are, and the solver's assignment is partitioned whole once and kept only if it
    beats the incumbent.
-4. The annotated module is partitioned once more: that program's figures are the
+4. Intermediate sharding constraints (:func:`_constraint_round`): once the parameter
+   and output search has converged, the results of the largest contractions (dots,
+   convolutions: activations and gradients; ``constraint_sites`` groups of them, each
+   group one repeated layer's value, :func:`~hlo_spmd.search.candidates.constraint_sites`)
+   try each candidate spec, "no constraint" being the incumbent; a constraint is kept
+   only when it lowers the price (within the limit: bytes, collectives, peak). Priced
+   whole, or on slices for large modules (then the choice with them is partitioned
+   whole first and kept only if it beats the one without). A kept constraint is the
+   instruction's own sharding in the annotated module (how XLA reads one).
+5. The annotated module is partitioned once more: that program's figures are the
    ones reported and checked against the memory limit.
 
-Completion fills in every other instruction; no sharding constraints are inserted
-inside the program. (The expert annotation of the generated L-layer training step
-constrains activations, gathered weights and gradients, but its parameter and output
-shardings alone give the same program figures: 83,918,852 B moved / 208,412,676 B peak
-at L=2, both ways; the search reaches them from the ``megatron_fsdp`` baseline.)
+Completion fills in every other instruction. (The expert annotation of the generated
+L-layer training step constrains activations, gathered weights and gradients, but its
+parameter and output shardings alone give the same program figures: 83,918,852 B moved
+/ 208,412,676 B peak at L=2, both ways; the search reaches them from the
+``megatron_fsdp`` baseline.)
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The search report (``hlo-spmd search --report``, ``hlo_spmd.search(...).report``):
 per entry parameter and output the chosen sharding in mesh-axis form (``--shard`` text
-and ``PartitionSpec(...)``) and in HLO form; the winner's bytes per device, collectives
+and ``PartitionSpec(...)``) and in HLO form; the chosen intermediate constraints
+(instruction name, mesh-axis and HLO forms); the winner's bytes per device, collectives
 and peak; the same figures for each named baseline (with whether it fits the limit);
 and how the search went (groups, candidates, rounds, partitions priced, seconds).
 """
