@@ -136,6 +136,19 @@ def constraint_sites(module: Module, limit: int) -> list[list[Instruction]]:
     return sorted(groups, key=size, reverse=True)[:limit]
 
 
+def site_candidates(site: Instruction, mesh: Mesh, current=None) -> list[Spec]:
+    """A constraint site's candidate specs (as a parameter's), without the one equal to
+    ``current``, the sharding completion already gives it: that constraint changes
+    nothing (no constraint, the free default, is the incumbent)."""
+    from hlo_spmd.annotations.cli_spec import spec_sharding
+
+    out = parameter_candidates(site.shape.dims, mesh)
+    if current is None:
+        return out
+    rank = site.shape.rank
+    return [s for s in out if spec_sharding(mesh, s, rank, site.name) != current]
+
+
 def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
                         ) -> list[list[Instruction]]:
     """Groups merged when their parameters are combined elementwise, at their own shape,
@@ -177,7 +190,7 @@ def elementwise_bundles(module: Module, groups: Sequence[Sequence[Instruction]]
     return [sorted(m, key=lambda p: p.parameter_number) for m in merged.values()]
 
 
-__all__ = ["constraint_sites", "elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
+__all__ = ["constraint_sites", "site_candidates", "elementwise_bundles", "Spec", "DimSpec", "replicated", "spec_text", "partition_spec_text",
            "parameter_candidates", "structural_groups"]
 
 

@@ -62,7 +62,7 @@ from hlo_spmd.search.pricing import (Price, Pricer, assignment_key, price_key, p
 MEET_RADIUS = 2
 #: Groups of intermediate values (the largest activations first) the constraint round
 #: tries: each costs a partition per candidate spec.
-MAX_SITES = 6
+MAX_SITES = 4
 #: Above this (entry instructions x single moves), moves are priced on slices
 #: (:mod:`~hlo_spmd.search.local`) instead of whole-module partitions.
 EXACT_WORK = 20_000
@@ -187,7 +187,7 @@ def _local_constraints(local_pricer, probe: Module, axes, max_sites: int,
         if base is not None and limit is not None and base.peak + d[2] > limit:
             return None
         return d
-    from hlo_spmd.search.candidates import constraint_sites
+    from hlo_spmd.search.candidates import constraint_sites, site_candidates
 
     sites = constraint_sites(probe, max_sites)
     if sites:
@@ -195,7 +195,8 @@ def _local_constraints(local_pricer, probe: Module, axes, max_sites: int,
     extra: dict[str, Spec] = {}
     for members in sites:
         best = None
-        for spec in parameter_candidates(members[0].shape.dims, axes):
+        rep = members[len(members) // 2]
+        for spec in site_candidates(rep, axes, local_pricer.completed.get(rep.name)):
             d = local_pricer.site(members, spec)
             r = None if d is None else rank(d)
             if r is not None and r < (0.0, 0.0, 0.0) and (best is None or r < best[0]):
@@ -261,7 +262,7 @@ def _finish(pricer: Pricer, axes, n_dev: int, winner: Mapping[int, Spec], root_f
     return pinned
 
 
-def _constraint_round(price: Callable[[Mapping], Price | None], probe: Module, axes,
+def _constraint_round(pricer: Pricer, probe: Module, axes,
                       start: Mapping, limit: int | None, max_sites: int,
                       say: Callable[[str], None]) -> tuple[dict, int]:
     """``start`` (the converged parameter/output assignment) with intermediate sharding
@@ -272,17 +273,19 @@ def _constraint_round(price: Callable[[Mapping], Price | None], probe: Module, a
     then added one by one, best first, each kept only if it still improves the
     assignment with the ones kept before it (constraints interact: two activations of
     one chain)."""
-    from hlo_spmd.search.candidates import constraint_sites
+    from hlo_spmd.search.candidates import constraint_sites, site_candidates
 
     sites = constraint_sites(probe, max_sites)
     if not sites:
         return dict(start), 0
     say(f"constraint round: pricing {len(sites)} intermediate site groups")
-    base_key = price_key(price(start), limit)
+    price = pricer.price
+    base_key = price_key(pricer.price(start, keep=True), limit)
+    now = pricer.completed(start) if assignment_key(start) in pricer.kept else {}
     paying: list[tuple[tuple, list[Instruction], Spec]] = []
     for members in sites:
         best: tuple[tuple, Spec] | None = None
-        for spec in parameter_candidates(members[0].shape.dims, axes):
+        for spec in site_candidates(members[0], axes, now.get(members[0].name)):
             trial = dict(start)
             trial.update({m.name: spec for m in members})
             k = price_key(price(trial), limit)
@@ -467,7 +470,7 @@ def search(src: Any, mesh: Any, memory_limit: int | str | None, shard: Any = Non
     sites_tried = 0
     if not local:
         with_sites, sites_tried = _constraint_round(
-            pricer.price, probe, axes, expand(incumbent), limit, constraint_sites, say)
+            pricer, probe, axes, expand(incumbent), limit, constraint_sites, say)
         extra = {k: v for k, v in with_sites.items() if isinstance(k, str)
                  and k not in expand(incumbent)}
     elif local_pricer is not None:
