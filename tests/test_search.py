@@ -391,3 +391,25 @@ def test_the_constraint_round_keeps_the_mlp_figures():
     assert key(win) <= key(bare)
     if not got.report["constraints"]:
         assert key(win) == key(bare)
+
+
+def test_cli_search_writes_and_lists_a_constraint(tmp_path):
+    _hlo, m, _args = _activation_heavy()
+    src = tmp_path / "act.pb"
+    src.write_bytes(module_bytes(m))
+    ann, part, rep = tmp_path / "ann.hlo", tmp_path / "part.pb", tmp_path / "r.json"
+    r = _cli(["search", str(src), "--mesh", sm.MESH, "--memory-limit", "256KiB",
+              "-o", str(ann), "--partition", str(part), "--report", str(rep), "-q"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(rep.read_text())
+    (con,) = report["constraints"]
+    # listed in the table with its mesh-axis and HLO forms, and the figures without it
+    assert f"constraint  {con['name']}" in r.output and con["hlo"] in r.output
+    assert "search without constraints" in r.output
+    # written as the dot's own sharding attribute in the annotated text
+    line = next(x for x in ann.read_text().splitlines() if f"%{con['name']} = " in x)
+    assert f"sharding={con['hlo']}" in line
+    again = tmp_path / "again.pb"
+    r = _cli(["partition", str(ann), "-o", str(again), "-q"])
+    assert r.exit_code == 0
+    assert again.read_bytes() == part.read_bytes()
