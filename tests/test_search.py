@@ -413,3 +413,17 @@ def test_cli_search_writes_and_lists_a_constraint(tmp_path):
     r = _cli(["partition", str(ann), "-o", str(again), "-q"])
     assert r.exit_code == 0
     assert again.read_bytes() == part.read_bytes()
+
+
+def test_constraint_sites_of_repeated_layers_are_one_decision():
+    """The same activation of every middle layer of a stack is one site group (one
+    decision, priced once), grouped like the parameters."""
+    from hlo_spmd.search.candidates import constraint_sites
+
+    hlo, _args = _stack(6)
+    m = hlo_spmd.load(hlo)
+    dots = [i for i in m.entry.instructions if i.opcode == "dot" and i is not m.entry.root]
+    groups = constraint_sites(m, 10)
+    assert sorted(i.name for g in groups for i in g) == sorted(i.name for i in dots)
+    assert len(groups) < len(dots) and max(len(g) for g in groups) >= 3
+    assert len(constraint_sites(m, 1)) == 1
