@@ -136,7 +136,7 @@ def constraint_sites(module: Module, limit: int) -> list[list[Instruction]]:
     return sorted(groups, key=size, reverse=True)[:limit]
 
 
-def site_candidates(site: Instruction, mesh: Mesh, current=None) -> list[Spec]:
+def site_candidates(site: Instruction, mesh: Mesh, current: object = None) -> list[Spec]:
     """A constraint site's candidate specs (as a parameter's), without the one equal to
     ``current``, the sharding completion already gives it: that constraint changes
     nothing (no constraint, the free default, is the incumbent)."""
