@@ -234,8 +234,15 @@ def through_strategy(ctx: PartitionContext, inst: Instruction, target: HloShardi
     their own, e.g. rotate.py): its bytes are ``cost`` of the chosen compute sharding plus
     the reshard of the result to ``target`` (``inf`` when unknown); its largest new array
     the result's piece in either layout."""
-    mid = choose_compute_sharding(ctx, inst, target, moving, identity, cost)
-    c = cost(mid)
+    priced: dict[HloSharding, float | None] = {}
+
+    def cost_once(s: HloSharding) -> float | None:  # (the chosen one is priced twice)
+        if s not in priced:
+            priced[s] = cost(s)
+        return priced[s]
+
+    mid = choose_compute_sharding(ctx, inst, target, moving, identity, cost_once)
+    c = cost_once(mid)
     nbytes = math.inf if c is None else c
     if mid != target:
         nbytes += reshard_cost(inst.shape.dims, itemsize(inst.shape), mid, target,
