@@ -115,24 +115,51 @@ def plan_cases(draw, six: bool = False):
     return dims, sharding(True), sharding(False), n, draw(st.sampled_from(TYPES))
 
 
-@settings(max_examples=250, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(plan_cases())
-def test_price_is_what_the_emitted_program_moves(case):
+def check_price(case):
+    """The plan's price is what the emitted program moves."""
     dims, src, dst, n, et = case
     got, _ = emitted(dims, src, dst, n, et)
     price = reshard_cost(dims, element_bytes(et), src, dst, n)
     assert price == pytest.approx(got), reshard_plan(dims, element_bytes(et), src, dst, n)
 
 
-@settings(max_examples=250, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(plan_cases())
-def test_peak_is_the_largest_array_the_emitted_program_makes(case):
+def check_peak(case):
+    """The plan's peak is the largest array the emitted program derives from the value."""
     dims, src, dst, n, et = case
     peak = reshard_peak(dims, element_bytes(et), src, dst, n)
     assert peak == largest_made(dims, src, dst, n, et), \
         reshard_plan(dims, element_bytes(et), src, dst, n)
+
+
+SWEEP = dict(deadline=None, derandomize=True,
+             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@settings(max_examples=250, **SWEEP)
+@given(plan_cases())
+def test_price_is_what_the_emitted_program_moves(case):
+    check_price(case)
+
+
+@settings(max_examples=250, **SWEEP)
+@given(plan_cases())
+def test_peak_is_the_largest_array_the_emitted_program_makes(case):
+    check_peak(case)
+
+
+@settings(max_examples=120, **SWEEP)
+@given(plan_cases(six=True))
+def test_price_is_what_the_emitted_program_moves_on_six_devices(case):
+    """Uneven tiles (2 x 3 meshes): realigning all-to-alls and halo slices priced as
+    emitted."""
+    check_price(case)
+
+
+@settings(max_examples=120, **SWEEP)
+@given(plan_cases(six=True))
+def test_peak_is_the_largest_array_the_emitted_program_makes_on_six_devices(case):
+    """Uneven tiles: the realigning pieces and halos count in the peak as emitted."""
+    check_peak(case)
 
 
 @pytest.mark.parametrize("dims,src,dst,peak", [
@@ -149,27 +176,6 @@ def test_peak_is_the_largest_array_the_emitted_program_makes(case):
 def test_peak_examples(dims, src, dst, peak):
     src, dst = parse_sharding(src), parse_sharding(dst)
     assert reshard_peak(dims, 4.0, src, dst, 4) == peak == largest_made(dims, src, dst, 4)
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(plan_cases(six=True))
-def test_price_is_what_the_emitted_program_moves_on_six_devices(case):
-    """Uneven tiles (2 x 3 meshes): realigning all-to-alls and halo slices priced as
-    emitted."""
-    dims, src, dst, n, et = case
-    got, _ = emitted(dims, src, dst, n, et)
-    price = reshard_cost(dims, element_bytes(et), src, dst, n)
-    assert price == pytest.approx(got), reshard_plan(dims, element_bytes(et), src, dst, n)
-
-
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(plan_cases(six=True))
-def test_peak_is_the_largest_array_the_emitted_program_makes_on_six_devices(case):
-    """Uneven tiles: the realigning pieces and halos count in the peak as emitted."""
-    dims, src, dst, n, et = case
-    peak = reshard_peak(dims, element_bytes(et), src, dst, n)
-    assert peak == largest_made(dims, src, dst, n, et), \
-        reshard_plan(dims, element_bytes(et), src, dst, n)
 
 
 @pytest.mark.parametrize("src,dst,kinds", [

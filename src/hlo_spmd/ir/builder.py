@@ -21,7 +21,7 @@ written to ``iota_collective_device_list`` (field 92) -- what jaxlib 0.10 itself
 from __future__ import annotations
 
 import keyword
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
@@ -537,64 +537,62 @@ class Builder:
         et = element_type_of(element_type)
         opcode = _SHORT_NAMES.get(opcode, opcode)
         opcode = XLA_SPELLING.get(opcode, opcode)
-        key = ("binary", opcode, et)
-        st = _state(self.module)
-        comp = st.computations.get(key)
-        if comp is not None and comp in self.module.computations:
-            return comp
-        comp = Computation(f"{opcode}.{text_name(et)}")
-        sb = Builder(comp)
-        x = sb.parameter(0, array_shape(et, ()), name="x")
-        y = sb.parameter(1, array_shape(et, ()), name="y")
-        sb.set_root(sb.binary(opcode, x, y))
-        self._register(comp)
-        st.computations[key] = comp
-        return comp
+
+        def build(sb: Builder) -> None:
+            x = sb.parameter(0, array_shape(et, ()), name="x")
+            y = sb.parameter(1, array_shape(et, ()), name="y")
+            sb.set_root(sb.binary(opcode, x, y))
+
+        return self._cached_computation(("binary", opcode, et), f"{opcode}.{text_name(et)}",
+                                        build)
 
     def comparator_computation(self, direction: str,
                                element_types: Sequence[ElementType]) -> Computation:
         """A sort comparator over ``len(element_types)`` operands comparing the first pair
         (total order for floats, so NaNs sort consistently)."""
         ets = tuple(element_type_of(t) for t in element_types)
-        key = ("compare", direction.upper(), ets)
-        st = _state(self.module)
-        comp = st.computations.get(key)
-        if comp is not None and comp in self.module.computations:
-            return comp
-        comp = Computation(f"compare.{direction.lower()}")
-        sb = Builder(comp)
-        params = []
-        for i, et in enumerate(ets):
-            params.append(sb.parameter(2 * i, array_shape(et, ()), name=f"lhs_{i}"))
-            params.append(sb.parameter(2 * i + 1, array_shape(et, ()), name=f"rhs_{i}"))
-        kind = ("TOTALORDER" if ets[0] in FLOATING else
-                "SIGNED" if ets[0] in SIGNED_INTEGRAL or ets[0] == PT.PRED else "UNSIGNED")
-        sb.set_root(sb.compare(params[0], params[1], direction, kind))
-        self._register(comp)
-        st.computations[key] = comp
-        return comp
+        def build(sb: Builder) -> None:
+            params = []
+            for i, et in enumerate(ets):
+                params.append(sb.parameter(2 * i, array_shape(et, ()), name=f"lhs_{i}"))
+                params.append(sb.parameter(2 * i + 1, array_shape(et, ()), name=f"rhs_{i}"))
+            kind = ("TOTALORDER" if ets[0] in FLOATING else
+                    "SIGNED" if ets[0] in SIGNED_INTEGRAL or ets[0] == PT.PRED else "UNSIGNED")
+            sb.set_root(sb.compare(params[0], params[1], direction, kind))
+
+        return self._cached_computation(("compare", direction.upper(), ets),
+                                        f"compare.{direction.lower()}", build)
 
     def valid_first_comparator(self, comparator: Computation) -> Computation:
         """``comparator`` over one more operand pair, a pred ``valid``: a valid element
         sorts before an invalid one, two valid ones as ``comparator`` says, two invalid
         ones tie (a strict weak order when ``comparator`` is one). Sorting with it keeps
         padding out of the leading positions whatever the comparator."""
-        key = ("valid-first", comparator)  # (held by the key: its id stays its own)
+        def build(sb: Builder) -> None:
+            params = [sb.parameter(p.parameter_number, p.shape, name=f"{p.name}.v")
+                      for p in comparator.parameters]
+            n = len(params)
+            pred = array_shape(PT.PRED, ())
+            va = sb.parameter(n, pred, name="valid_lhs")
+            vb = sb.parameter(n + 1, pred, name="valid_rhs")
+            inner = sb.call(comparator, params)
+            yes, no = sb.constant(True, PT.PRED), sb.constant(False, PT.PRED)
+            sb.set_root(sb.select(va, sb.select(vb, inner, yes), no))
+
+        # (the comparator is held by the key: its id stays its own)
+        return self._cached_computation(("valid-first", comparator),
+                                        f"{comparator.name}.valid_first", build)
+
+    def _cached_computation(self, key: tuple, name: str,
+                            build: Callable[["Builder"], None]) -> Computation:
+        """The helper computation cached under ``key`` in this module, or a new one named
+        ``name`` whose body ``build`` writes, registered and cached."""
         st = _state(self.module)
         comp = st.computations.get(key)
         if comp is not None and comp in self.module.computations:
             return comp
-        comp = Computation(f"{comparator.name}.valid_first")
-        sb = Builder(comp)
-        params = [sb.parameter(p.parameter_number, p.shape, name=f"{p.name}.v")
-                  for p in comparator.parameters]
-        n = len(params)
-        pred = array_shape(PT.PRED, ())
-        va = sb.parameter(n, pred, name="valid_lhs")
-        vb = sb.parameter(n + 1, pred, name="valid_rhs")
-        inner = sb.call(comparator, params)
-        yes, no = sb.constant(True, PT.PRED), sb.constant(False, PT.PRED)
-        sb.set_root(sb.select(va, sb.select(vb, inner, yes), no))
+        comp = Computation(name)
+        build(Builder(comp))
         self._register(comp)
         st.computations[key] = comp
         return comp

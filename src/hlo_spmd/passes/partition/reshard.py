@@ -613,11 +613,12 @@ def maximal_to_tiled_price(dims, itemsize: float, target: HloSharding,
     if lay is None:
         return None
     _, _, chunk = _scatter_sizes(dims, lay.tiles, lay.replication)
-    part = chunk * itemsize
-    total = bytes_per_device("reduce-scatter", part * n, part, n)
+    # (each array rounded up to whole bytes, as ``stats`` counts packed types)
+    part = array_bytes([chunk], itemsize)
+    total = bytes_per_device("reduce-scatter", array_bytes([n * chunk], itemsize), part, n)
     if lay.replication > 1:
         r = lay.replication
-        total += bytes_per_device("all-gather", part, part * r, r)
+        total += bytes_per_device("all-gather", part, array_bytes([r * chunk], itemsize), r)
     return total, array_bytes([n * chunk], itemsize)
 
 

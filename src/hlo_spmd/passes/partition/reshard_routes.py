@@ -580,7 +580,9 @@ class AllGather(Step):
     def _join_cost(self, lay, dims, itemsize, local):
         part = _nbytes(local, itemsize)
         if self.masked(lay, dims):
-            k = part * self.data_tiles(lay, dims)
+            span = list(local)  # (the summed array, rounded up as ``stats`` counts it)
+            span[self.dim] *= self.data_tiles(lay, dims)
+            k = _nbytes(span, itemsize)
             return bytes_per_device("all-reduce", k, k, self.factor)
         local[self.dim] *= self.factor
         return bytes_per_device("all-gather", part, _nbytes(local, itemsize), self.factor)
@@ -594,9 +596,11 @@ class AllGather(Step):
             self.factor
         peak = _nbytes(local, itemsize)
         recut = self._recut(lay, dims) if self.realign else None
-        if recut is not None:  # the tile padded to hold the piece it sends
-            held[self.dim] += recut[0]
-            peak = max(peak, _nbytes(held, itemsize))
+        if recut is not None:
+            p, _, send, _ = recut
+            if p != held[self.dim] or send.any():  # (as ``emit``: the tile padded to
+                held[self.dim] += p                 # hold the piece it sends)
+                peak = max(peak, _nbytes(held, itemsize))
         return peak
 
     def emit(self, ctx, x, lay, dims):
@@ -1036,9 +1040,11 @@ class HaloSlice(Step):
         k, _, _, ly, _, sides, _, _ = self._form(lay, dims)
         total = 0.0
         if self.join is not None:
-            part = _nbytes(_local(lay.tiles, dims), itemsize)
-            f = self.join[1]
-            total += bytes_per_device("all-gather", part, part * f, f)
+            local = list(_local(lay.tiles, dims))
+            part = _nbytes(local, itemsize)
+            j, f = self.join
+            local[j] *= f  # (the joined array, rounded up as ``stats`` counts it)
+            total += bytes_per_device("all-gather", part, _nbytes(local, itemsize), f)
         for side in sides:
             if side is not None:
                 shape = [int(v) for v in ly]
