@@ -221,3 +221,19 @@ def test_stats_and_price_agree_on_packed_types(et):
     shape = Shape.array(et, [8, 6])
     assert got == pytest.approx(shape.byte_size() * 3 / 4)
     assert reshard_cost([8, 6], element_bytes(et), src, dst, 4) == pytest.approx(got)
+
+
+@pytest.mark.parametrize("dims,src,dst,n", [
+    # owner reduce-scatter, then a gather among holders: 3-element s4 chunks
+    ([4, 4, 1], "{maximal device=0}",
+     "{devices=[2,1,1,3]0,1,2,3,4,5 last_tile_dim_replicate}", 6),
+    # masked all-gather: two data tiles of 3 s4 elements summed
+    ([2, 1, 3], "{devices=[8,1,1]<=[8]}", "{replicated}", 8),
+    # halo slice after joining two 3-element s4 tiles
+    ([1, 9], "{devices=[2,4]<=[8]}", "{devices=[2,2,2]<=[8] last_tile_dim_replicate}", 8),
+])
+def test_odd_packed_arrays_are_priced_as_stats_counts_them(dims, src, dst, n):
+    """Sub-byte arrays with an odd element count round up to whole bytes per array."""
+    case = (dims, parse_sharding(src), parse_sharding(dst), n, PrimitiveType.S4)
+    check_price(case)
+    check_peak(case)
