@@ -1361,6 +1361,17 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
     (AllToAll.realign)."""
     steps: list[Step] = []
     lay = src
+
+    def take(st: Step) -> bool:
+        """Append ``st`` if it applies to the layout so far, and move on to its result."""
+        nonlocal lay
+        new = st.apply(lay, dims)
+        if new is None:
+            return False
+        steps.append(st)
+        lay = new
+        return True
+
     if any(h > 1 for h in spec.pre):
         tiles = [a * b for a, b in zip(src.tiles, spec.pre)]
         new = _refine(lay, tiles, _prefer_for(dst, tiles))
@@ -1372,11 +1383,8 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
         st = AllGather(k, f)
         if st.apply(lay, dims) is None:
             st = AllGather(k, lay.tiles[k])  # the whole dim
-        new = st.apply(lay, dims)
-        if new is None:
+        if not take(st):
             return None
-        steps.append(st)
-        lay = new
     moves = []
     for mv in spec.moves:
         if AllToAll((mv,), realign).apply(lay, dims) is not None:
@@ -1386,11 +1394,8 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
         groups = ([AllToAll(tuple(moves), realign)] if spec.combine
                   else [AllToAll((m,), realign) for m in moves])
         for st in groups:
-            new = st.apply(lay, dims)
-            if new is None:
+            if not take(st):
                 return None
-            steps.append(st)
-            lay = new
     gathers = dict(spec.gathers)
     for a, _, f in dropped:
         gathers[a] = gathers.get(a, 1) * f
@@ -1407,11 +1412,8 @@ def _realize(spec: _Spec, src: Layout, dst: Layout, dims,
                 join = (k, gathers[k])  # joined as they are, in the halo slice
                 continue
             st = AllGather(k, lay.tiles[k])  # the whole dim
-        new = st.apply(lay, dims)
-        if new is None:
+        if not take(st):
             return None
-        steps.append(st)
-        lay = new
     if halo:
         # The target's tiles straddle the current ones on one dim: the missing edge rows
         # come from the neighbours instead of gathering the dim whole.
