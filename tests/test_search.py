@@ -427,3 +427,21 @@ def test_constraint_sites_of_repeated_layers_are_one_decision():
     assert sorted(i.name for g in groups for i in g) == sorted(i.name for i in dots)
     assert len(groups) < len(dots) and max(len(g) for g in groups) >= 3
     assert len(constraint_sites(m, 1)) == 1
+
+
+def test_cli_search_with_every_parameter_fixed(tmp_path):
+    """A module whose parameters are all annotated leaves nothing to decide: the search
+    keeps them, and a budget below their peak is the one-line error, not a crash."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "fixtures", "hlo", "mlp_dp.pb")
+    out = tmp_path / "ann.hlo"
+    r = _cli(["search", src, "--mesh", sm.MESH, "--memory-limit", "10", "-o", str(out),
+              "-q"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "smallest peak found is 4000 bytes" in lines[0], r.output
+    assert not os.path.exists(out)
+    r = _cli(["search", src, "--mesh", sm.MESH, "--memory-limit", "1MiB", "-o", str(out),
+              "-q"])
+    assert r.exit_code == 0, r.output
+    assert os.path.exists(out)

@@ -37,6 +37,8 @@ def solve(unary: Sequence[Sequence[Delta | None]],
     memory limit in the model, the model's smallest-peak assignment is returned."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
+    if not unary:
+        return [[]]  # nothing left to decide (every parameter fixed): the one assignment
     offsets = []
     n = 0
     for cands in unary:
