@@ -248,6 +248,22 @@ def _sharding_leaves(sharding: "HloSharding", shape: "Shape") -> list["HloShardi
     return [sharding] * max(n, 1)
 
 
+def _leaf_producers(inst: "Instruction", idx: tuple[int, ...],
+                    producers: dict[tuple[int, ...], "Instruction"]) -> None:
+    """Fill ``producers`` with the instruction producing each tuple leaf of ``inst``
+    (by leaf index), looking through tuples and get-tuple-elements of tuples.  (A
+    module function: a recursive closure is a reference cycle, freed only by a garbage
+    collection.)"""
+    if inst.opcode == "tuple":
+        for i, op in enumerate(inst.operands):
+            _leaf_producers(op, idx + (i,), producers)
+    elif (inst.opcode == "get-tuple-element" and inst.operands
+          and inst.operands[0].opcode == "tuple"):
+        _leaf_producers(inst.operands[0].operands[inst.tuple_index], idx, producers)
+    else:
+        producers[idx] = inst
+
+
 def _combine(shardings: Sequence["HloSharding"], shape: "Shape") -> "HloSharding":
     from hlo_spmd.sharding import HloSharding
 
@@ -882,18 +898,7 @@ class _Normalizer:
             return
         root = entry.root
         producers: dict[tuple[int, ...], "Instruction"] = {}
-
-        def walk(inst: "Instruction", idx: tuple[int, ...]) -> None:
-            if inst.opcode == "tuple":
-                for i, op in enumerate(inst.operands):
-                    walk(op, idx + (i,))
-            elif (inst.opcode == "get-tuple-element" and inst.operands
-                  and inst.operands[0].opcode == "tuple"):
-                walk(inst.operands[0].operands[inst.tuple_index], idx)
-            else:
-                producers[idx] = inst
-
-        walk(root, ())
+        _leaf_producers(root, (), producers)
         leaf_idx = _leaf_indices(root.shape)
         frs_leaf: dict[int, "HloSharding"] = {}
         for n, idx in enumerate(leaf_idx):

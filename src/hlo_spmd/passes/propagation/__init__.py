@@ -104,6 +104,7 @@ def propagate(module: Module, *,
         run_with_priorities(prop, prioritized, getattr(annotations, "meshes", {}))
     else:
         prop.run()
+    prop.close()
     fixed = tuple(i.name for i in graph.instructions() if id(i) in prop.provided)
     unsharded = tuple(i.name for i in graph.instructions() if i.sharding is None)
     return PropagationResult(module, rec.decisions, fixed, prop.iterations,

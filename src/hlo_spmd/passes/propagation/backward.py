@@ -9,15 +9,18 @@ point's skip memo and dirty set take as the inference's read set (``unchanged``,
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import PASS_THROUGH
 from hlo_spmd.passes.propagation import gather_scatter as gs
 from hlo_spmd.passes.propagation import graph as g
+from hlo_spmd.passes.propagation import sdy_manual
 from hlo_spmd.passes.propagation import sharding_ops as ops
 from hlo_spmd.passes.propagation.dims import DotDims
 from hlo_spmd.ir.shape import Shape
+from hlo_spmd.records import FrozenRecord
 from hlo_spmd.sharding import (HloSharding, is_finer, is_spatially_partitioned, merge_if_compatible,
                                merge_sharding, partial_replicate, propagate_through_reshape,
                                replicate_all_data_dims, reverse_sharding, transpose_sharding,
@@ -41,14 +44,29 @@ class BackwardRule(NamedTuple):
     level_classes: int = 1
 
 
-class UserRule(NamedTuple):
-    """What ``operand_from_user`` needs to know of a user that does not change while
-    shardings move (``user_rule``)."""
+class UserRule(FrozenRecord):
+    """What ``operand_from_user`` and the fix point need to know of a user that does not
+    change while shardings move (``user_rule``): its rule, where it applies, and the
+    rule's declared read set flattened in.  One object per distinct set of facts (a
+    module's users share a few dozen), so asking costs a dict read."""
+    __slots__ = __match_args__ = ("min_level", "operand_of", "name", "blocked",
+                                  "reads_operands", "from_nothing", "level_classes",
+                                  "manual_source")
     min_level: int          # the level it propagates from (``level_of``)
     operand_of: BackRule
     name: str               # provenance name of the rule
     blocked: bool           # a Shardy barrier blocks the backward direction
-    declared: BackwardRule
+    reads_operands: bool    # (``BackwardRule``'s declaration)
+    from_nothing: bool
+    level_classes: int
+    manual_source: bool     # a manual sharding of the user makes its operand manual
+                            # (the user is not a manual region's entry)
+
+    def __init__(self, min_level: int, operand_of: BackRule, name: str, blocked: bool,
+                 reads_operands: bool, from_nothing: bool, level_classes: int,
+                 manual_source: bool) -> None:
+        self._set_fields(min_level, operand_of, name, blocked, reads_operands,
+                         from_nothing, level_classes, manual_source)
 
 
 def can_propagate_at_level(inst: Instruction, level: int) -> bool:
@@ -73,16 +91,16 @@ def level_of(op: str, elementwise: bool) -> int:
 
 
 def operand_from_user(p: "PropagatorInterface", inst: Instruction, user: Instruction,
-                      level: int, facts: tuple | None = None) -> HloSharding | None:
+                      level: int, facts: UserRule | None = None) -> HloSharding | None:
     """GetShardingFromUser (``facts``: ``p.user_rule(user)`` if the caller has it)."""
-    min_level, rule, _, blocked, _declared = facts or p.user_rule(user)
-    if min_level and not p.at_least(min_level, level):
+    facts = facts or p.user_rule(user)
+    if facts.min_level and not p.at_least(facts.min_level, level):
         return None
     if not is_spatially_partitioned(user.sharding):
         return None
-    if blocked:
+    if facts.blocked:
         return None
-    return rule(p, inst, user)
+    return facts.operand_of(p, inst, user)
 
 
 def user_rule(user: Instruction, op: str | None = None, elementwise: bool | None = None
@@ -95,9 +113,20 @@ def user_rule(user: Instruction, op: str | None = None, elementwise: bool | None
         op = g.opcode(user)
     if elementwise is None:
         elementwise = g.is_elementwise(user)
+    manual_source = not (g.is_custom_call(user, g.FULL_TO_SHARD)
+                         or sdy_manual.is_sdy_entry(user))
+    return _user_rule_of(op, elementwise, blocked, manual_source)
+
+
+@functools.cache
+def _user_rule_of(op: str, elementwise: bool, blocked: bool, manual_source: bool
+                  ) -> UserRule:
+    """The shared ``UserRule`` of these facts (they name a finite set: opcodes times
+    three flags)."""
     declared = BACKWARD_RULES.get(op, SAME_SHAPE)
     return UserRule(level_of(op, elementwise), declared.operand_of,
-                    _rule_name_of(op, elementwise), blocked, declared)
+                    _rule_name_of(op, elementwise), blocked, declared.reads_operands,
+                    declared.from_nothing, declared.level_classes, manual_source)
 
 
 def _rule_name_of(op: str, elementwise: bool) -> str:

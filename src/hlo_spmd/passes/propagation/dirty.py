@@ -110,6 +110,12 @@ class DirtySet:
         for q in own[1]:
             bw[q] = 1
 
+    def close(self) -> None:
+        """After the run: drop the references to the run."""
+        self._own.clear()
+        self._users_of = self._clear_targets = None
+        self.p = None
+
     def _own_of(self, inst: Instruction) -> tuple[int, tuple[int, ...]]:
         """``inst``'s forward position, and the backward positions of ``inst`` and of the
         operands of its users whose backward rule reads them (computed once)."""
@@ -117,7 +123,7 @@ class DirtySet:
         bw = [bpos[id(inst)]]
         user_rule = self.p.user_rule
         for u in self._users_of(inst):
-            if user_rule(u).declared.reads_operands:
+            if user_rule(u).reads_operands:
                 for o in u.operands:
                     bw.append(bpos[id(o)])
         own = self._own[inst] = (fpos[id(inst)], tuple(bw))

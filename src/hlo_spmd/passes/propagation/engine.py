@@ -13,7 +13,7 @@ every iteration, and ``shard_as`` groups are aligned before the last level-3 run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from hlo_spmd.annotations import parse_unspecified_dims
 from hlo_spmd.annotations.cli_spec import per_item_flags
@@ -32,7 +32,8 @@ from hlo_spmd.passes.propagation.dims import DotDims, parse_conv, parse_dot
 from hlo_spmd.passes.propagation.graph import Graph
 from hlo_spmd.passes.propagation.improve import SAME, Verdict, improved, improved_sub
 from hlo_spmd.passes.propagation.dirty import DirtySet
-from hlo_spmd.passes.propagation.unchanged import BW, FW, UnchangedMemo, forward_rule_of
+from hlo_spmd.passes.propagation.unchanged import BW, FW, MemoEntry, UnchangedMemo
+from hlo_spmd.records import Record
 from hlo_spmd.ir.opcodes import (CONTROL_FLOW, LINEAR_OPS, MANUAL_FORWARD_LATE,
                                  MANUAL_TUPLE_FORWARD, SPATIAL)
 from hlo_spmd.sharding import HloSharding
@@ -43,33 +44,59 @@ LEVELS = (0, 1, 2, 3, 3)
 LOOKAHEAD_LEVEL = 1 << 62
 NO_LEVEL_LIMIT = 1 << 62  # (``level_hi`` when no answer bounds the level from above)
 
-class ForwardFacts(NamedTuple):
-    """What ``infer_from_operands`` reads of an instruction that never changes during a
-    run (``Propagator._forward_facts``)."""
+class ForwardFacts(Record, MemoEntry):
+    """One instruction's forward inference: what ``infer_from_operands`` reads of it that
+    never changes during a run (``Propagator.forward_facts``), and the skip memo's entry
+    (``MemoEntry``, started by the memo)."""
+    __slots__ = __match_args__ = ("min_level", "op", "manual_ok", "declared", "infer",
+                                  "spatial")
     min_level: int          # the level it propagates from (``bw.level_of``)
     op: str                 # its propagation opcode (``Graph.op``)
     manual_ok: bool         # a manual operand makes it manual
-    infer: fw.Rule          # its declared forward rule
+    declared: fw.ForwardRule    # its declared forward rule and read set
+    infer: fw.Rule          # (``declared.infer``)
     spatial: bool           # ``supports_spatial`` forward
 
+    def __init__(self, min_level: int, op: str, manual_ok: bool,
+                 declared: fw.ForwardRule, spatial: bool) -> None:
+        self.min_level = min_level
+        self.op = op
+        self.manual_ok = manual_ok
+        self.declared = declared
+        self.infer = declared.infer
+        self.spatial = spatial
 
-class BackwardFacts(NamedTuple):
-    """What ``infer_from_users`` reads of an instruction that never changes during a
-    run (``Propagator._backward_facts``); the lists are per user."""
+
+class BackwardFacts(Record, MemoEntry):
+    """One instruction's backward inference: what ``infer_from_users`` reads of it that
+    never changes during a run (``Propagator.backward_facts``), and the skip memo's entry
+    (``MemoEntry``, started by the memo); ``user_rules`` is per user."""
+    __slots__ = __match_args__ = ("is_broadcast", "users", "spatial", "user_rules")
     is_broadcast: bool
     users: Sequence[Instruction]
-    from_nothing: list[bool]   # the user's rule gives a sharding from nothing (rng state)
     spatial: bool              # ``supports_spatial`` backward
-    manual_source: list[bool]
     user_rules: list[bw.UserRule]
 
+    def __init__(self, is_broadcast: bool, users: Sequence[Instruction], spatial: bool,
+                 user_rules: list[bw.UserRule]) -> None:
+        self.is_broadcast = is_broadcast
+        self.users = users
+        self.spatial = spatial
+        self.user_rules = user_rules
 
-class KnownVerdict(NamedTuple):
+
+class KnownVerdict(Record):
     """A memoised ``verdict``: the verdict, ``may_combine``'s answer if the verdict asked
     it (else None), and the keyed objects (kept alive so that no id is reused)."""
+    __slots__ = __match_args__ = ("verdict", "may_combine", "keyed")
     verdict: Verdict
     may_combine: bool | None
     keyed: tuple
+
+    def __init__(self, verdict: Verdict, may_combine: bool | None, keyed: tuple) -> None:
+        self.verdict = verdict
+        self.may_combine = may_combine
+        self.keyed = keyed
 
 
 @dataclass(slots=True)
@@ -94,6 +121,15 @@ class Propagator:
     The rules (``forward``, ``backward``, ...) and the skip memo and dirty set use it
     only through ``interface.PropagatorInterface``, its public interface.
     """
+
+    # (slots: the rules call its methods ~10^5 times per module, and an instance with a
+    # few dozen attributes in a dict of its own makes every such call a slower one)
+    __slots__ = ("module", "graph", "rec", "output_allowed", "params_allowed", "to_output",
+                 "to_params", "_root_given", "report_open_dims", "_level", "level_read",
+                 "level_lo", "level_hi", "direction", "provided", "unspecified",
+                 "iterations", "level_iterations", "_dims_cache", "_verdicts", "groups",
+                 "unchanged", "dirty", "_fw_facts", "_bw_facts", "_user_rule",
+                 "_boundaries", "_synced", "_walks", "_done_group", "_has_groups")
 
     def __init__(self, module: Module, graph: Graph, recorder: prov.Recorder, *,
                  to_output: bool | Sequence[bool], to_params: bool | Sequence[bool],
@@ -143,8 +179,10 @@ class Propagator:
         self._fw_facts: dict[Instruction, ForwardFacts] = {}
         self._bw_facts: dict[Instruction, BackwardFacts] = {}
         self._user_rule: dict[Instruction, bw.UserRule] = {}
-        self._manual_source: dict[Instruction, bool] = {}
         self._boundaries: frozenset[int] | None = None
+        # Ids of the values a control-flow op keeps in sync (``related``), set in
+        # ``setup``: only their changes need ``computation_propagation``.
+        self._synced: frozenset[int] = frozenset()
         # The fix point's walk state (``run_to_fix_point``).
         self._walks: tuple[WalkDirection, WalkDirection] | None = None
         self._done_group: set[int] = set()
@@ -292,15 +330,6 @@ class Propagator:
                                                      self.graph.elementwise[user])
         return r
 
-    def _is_manual_source(self, user: Instruction) -> bool:
-        """Whether a manual sharding of ``user`` makes its operand manual (it is not a
-        manual region's entry); once per instruction."""
-        r = self._manual_source.get(user)
-        if r is None:
-            r = self._manual_source[user] = not (g.is_custom_call(user, g.FULL_TO_SHARD)
-                                                 or sdy_manual.is_sdy_entry(user))
-        return r
-
     def supports_spatial(self, inst: Instruction, to_output: bool, to_params: bool) -> bool:
         """SupportSpatialPartitioning (static once ``setup`` has mapped the computations;
         asked once per instruction and direction, by the cached forward / backward
@@ -321,75 +350,71 @@ class Propagator:
         return False
 
     # -- forward / backward inference ---------------------------------------------------------
-    def _forward_facts(self, inst: Instruction) -> ForwardFacts:
-        """``ForwardFacts`` of ``inst`` (asked after ``setup``)."""
-        op = self.graph.op[inst]
-        elementwise = self.graph.elementwise[inst]
-        tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
-        manual_ok = inst.shape.is_array or op in MANUAL_TUPLE_FORWARD or tuple_cc
-        facts = ForwardFacts(bw.level_of(op, elementwise), op, manual_ok,
-                             forward_rule_of(self.graph, inst).infer,
-                             self.supports_spatial(inst, self.to_output, False))
-        self._fw_facts[inst] = facts
+    def forward_facts(self, inst: Instruction) -> ForwardFacts:
+        """``ForwardFacts`` of ``inst``, made once (asked after ``setup``)."""
+        facts = self._fw_facts.get(inst)
+        if facts is None:
+            op = self.graph.op[inst]
+            elementwise = self.graph.elementwise[inst]
+            tuple_cc = inst.opcode == "custom-call" and inst.shape.is_tuple
+            manual_ok = inst.shape.is_array or op in MANUAL_TUPLE_FORWARD or tuple_cc
+            facts = self._fw_facts[inst] = ForwardFacts(
+                bw.level_of(op, elementwise), op, manual_ok,
+                fw.forward_rule_of(self.graph, inst),
+                self.supports_spatial(inst, self.to_output, False))
         return facts
 
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands."""
-        ml, op, manual_ok, rule, spatial = (self._fw_facts.get(inst)
-                                            or self._forward_facts(inst))
+        facts = self._fw_facts.get(inst) or self.forward_facts(inst)
+        ml = facts.min_level
         if ml and not self.at_least(ml):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
-        if manual_ok and (s is None or s.is_tile_maximal):
+        if facts.manual_ok and (s is None or s.is_tile_maximal):
             for o in inst.operands:
                 if o.sharding is None or not o.sharding.is_manual:
                     continue
                 if g.is_custom_call(inst, g.SHARD_TO_FULL):
                     return False
-                if op in MANUAL_FORWARD_LATE and not self.at_least(1):
+                if facts.op in MANUAL_FORWARD_LATE and not self.at_least(1):
                     return False
                 manual = ops.normalize_tuple(HloSharding.manual(), inst.shape)
                 self.set(inst, manual, "manual.forward", (o,), direction="manual")
                 return True
-        if not spatial:
+        if not facts.spatial:
             return fw.unsupported_rule(self, inst)
-        return rule(self, inst)
+        return facts.infer(self, inst)
 
-    def _backward_facts(self, inst: Instruction) -> BackwardFacts:
-        """``BackwardFacts`` of ``inst`` (asked after ``setup``)."""
-        users = self.graph.users_of(inst)
-        rules: list[bw.UserRule] = []
-        manual_source: list[bool] = []
-        known_rule, known_source = self._user_rule.get, self._manual_source.get
-        for u in users:   # (the memos read first: asked per edge)
-            rules.append(known_rule(u) or self.user_rule(u))
-            ms = known_source(u)
-            manual_source.append(self._is_manual_source(u) if ms is None else ms)
-        facts = BackwardFacts(self.graph.op[inst] == "broadcast", users,
-                              [r.declared.from_nothing for r in rules],
-                              self.supports_spatial(inst, False, self.to_params),
-                              manual_source, rules)
-        self._bw_facts[inst] = facts
+    def backward_facts(self, inst: Instruction) -> BackwardFacts:
+        """``BackwardFacts`` of ``inst``, made once (asked after ``setup``)."""
+        facts = self._bw_facts.get(inst)
+        if facts is None:
+            users = self.graph.users_of(inst)
+            facts = self._bw_facts[inst] = BackwardFacts(
+                self.graph.op[inst] == "broadcast", users,
+                self.supports_spatial(inst, False, self.to_params),
+                [self.user_rule(u) for u in users])
         return facts
 
     def infer_from_users(self, inst: Instruction) -> bool:
         """InferShardingFromUsers."""
-        is_broadcast, users, from_nothing, spatial, manual_source, user_rules = (
-            self._bw_facts.get(inst) or self._backward_facts(inst))
-        if is_broadcast and not self.at_least(2):
+        facts = self._bw_facts.get(inst) or self.backward_facts(inst)
+        if facts.is_broadcast and not self.at_least(2):
             return False
         s = inst.sharding
         if s is not None and s.is_manual:
             return False
+        users, user_rules = facts.users, facts.user_rules
         # What each user gave in the manual check, reused below while ``inst``'s own
         # sharding (all that changes in between) is still the one it was computed with.
         asked: dict[int, HloSharding | None] = {}
         if s is None or s.is_tile_maximal:
             for k, user in enumerate(users):
-                if user.sharding is None or not manual_source[k]:  # (operand not manual)
-                    continue
+                if user.sharding is None or not user_rules[k].manual_source:
+                    continue   # (the operand is not made manual)
                 if user.sharding.is_manual and inst.shape.is_array:   # (cheap test first)
                     self.set(inst, HloSharding.manual(), "manual.backward", (user,),
                              direction="manual")
@@ -399,33 +424,33 @@ class Propagator:
                 if us is not None and us.is_manual:
                     self.set(inst, us, "manual.backward", (user,), direction="manual")
                     return True
-        if not spatial:
+        if not facts.spatial:
             return False
         changed = False
         shape_is_tuple = inst.shape.is_tuple
         for k, user in enumerate(users):
-            if from_nothing[k]:
+            rule = user_rules[k]
+            if rule.from_nothing:
                 rep = ops.single_tuple(inst.shape, HloSharding.replicate())
                 if inst.sharding != rep:
                     self.set(inst, rep, "rng-bit-generator.backward", (user,))
                     return True
                 return False
-            min_level, rule, name, blocked, _declared = user_rules[k]
             if k in asked and inst.sharding is s:
                 us = asked[k]
             # (``bw.operand_from_user``, inlined: asked per user per visit)
-            elif min_level and not self.at_least(min_level):
+            elif rule.min_level and not self.at_least(rule.min_level):
                 continue
-            elif blocked or not is_spatially_partitioned(user.sharding):
+            elif rule.blocked or not is_spatially_partitioned(user.sharding):
                 continue
             else:
-                us = rule(self, inst, user)
+                us = rule.operand_of(self, inst, user)
             if us is not None:
                 if us.is_tuple != shape_is_tuple:
                     us = ops.normalize_tuple(us, inst.shape)
                     if us.is_tuple != shape_is_tuple:
                         continue
-                changed |= self.improve(inst, us, name, (user,))
+                changed |= self.improve(inst, us, rule.name, (user,))
         return changed
 
     def lookahead_user_sharding(self, inst: Instruction) -> HloSharding | None:
@@ -542,6 +567,9 @@ class Propagator:
                 else:
                     for c in inst.called_computations:
                         self.graph.computation_map[id(c)] = inst
+        self._synced = frozenset(id(r) for inst in self.graph.instructions()
+                                 if inst.opcode in CONTROL_FLOW or inst.opcode == "parameter"
+                                 for r in self.related(inst))
         entry = self.module.entry
         root = self.graph.entry_root
         for inst in self.graph.instructions():
@@ -801,6 +829,9 @@ class Propagator:
 
     def _after_change(self, inst: Instruction) -> None:
         """``inst``'s sharding changed: computation propagation, then the caches."""
+        if id(inst) not in self._synced:   # (most values: nothing to keep in sync)
+            self._clear_cache(inst)
+            return
         changed: list[Instruction] = []
         self.computation_propagation(inst, changed)
         self._clear_cache(inst)
@@ -811,6 +842,16 @@ class Propagator:
         self.setup()
         self.run_levels()
         self.finish()
+
+    def close(self) -> None:
+        """After the run: drop the memos and the back references to this run (the memo
+        and the dirty set hold it, and it holds them), so that the run's state is freed
+        as soon as the caller lets go of it, not by a later garbage collection."""
+        self.unchanged.close()
+        self.dirty.close()
+        self._fw_facts.clear()
+        self._bw_facts.clear()
+        self._verdicts.clear()
 
     def run_levels(self) -> None:
         """Every aggressiveness level to its fix point (once per priority round)."""

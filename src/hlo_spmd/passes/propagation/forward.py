@@ -631,3 +631,11 @@ FORWARD_RULES: dict[str, ForwardRule] = {
 }
 # The opcodes whose rule reads a lookahead chain (from the declarations above).
 LOOKAHEAD_OPCODES = frozenset(op for op, rule in FORWARD_RULES.items() if rule.lookahead)
+
+
+def forward_rule_of(graph: g.Graph, inst: Instruction) -> ForwardRule:
+    """The declared forward rule of ``inst``."""
+    rule = FORWARD_RULES.get(graph.op[inst])
+    if rule is None:
+        rule = ELEMENTWISE if graph.elementwise[inst] else DEFAULT
+    return rule

@@ -74,6 +74,14 @@ class PropagatorInterface(Protocol):
     def user_rule(self, user: Instruction) -> Any:
         """``backward.user_rule`` of ``user``, once per run (a ``backward.UserRule``)."""
 
+    def forward_facts(self, inst: Instruction) -> Any:
+        """What the forward inference of ``inst`` reads that never changes in a run, and
+        its skip-memo entry (an ``engine.ForwardFacts``, a ``unchanged.MemoEntry``)."""
+
+    def backward_facts(self, inst: Instruction) -> Any:
+        """The same for the backward inference (an ``engine.BackwardFacts``): its users
+        and their ``backward.UserRule``."""
+
     def infer_from_operands(self, inst: Instruction) -> bool:
         """InferShardingFromOperands (True if ``inst``'s sharding changed)."""
 

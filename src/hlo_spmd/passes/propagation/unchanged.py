@@ -58,30 +58,26 @@ def check_enabled() -> bool:
     return os.environ.get("HLO_SPMD_CHECK_SKIPS", "") not in ("", "0")
 
 
-def forward_rule_of(graph: g.Graph, inst: Instruction) -> fw.ForwardRule:
-    """The declared forward rule of ``inst``."""
-    rule = fw.FORWARD_RULES.get(graph.op[inst])
-    if rule is None:
-        rule = fw.ELEMENTWISE if graph.elementwise[inst] else fw.DEFAULT
-    return rule
-
-
 class MemoEntry:
     """One instruction's memo in one direction: what its last no-change inference read.
     ``reads`` None: the read set moves with the shardings (a lookahead), made per visit.
     The run holds at levels ``lo <= level < hi`` (empty: none) with ``seen`` the
-    shardings of ``reads`` it saw."""
+    shardings of ``reads`` it saw.  A base of the engine's per-inference records
+    (``engine.ForwardFacts`` / ``BackwardFacts``): one object per inference holds what
+    it reads and what it last saw; ``start`` makes it an entry."""
 
     __slots__ = ("reads", "level_classes", "lo", "hi", "seen", "may_be_trivial")
 
-    def __init__(self, reads: tuple[Instruction, ...] | None, level_classes: int,
-                 may_be_trivial: bool) -> None:
+    def start(self, reads: tuple[Instruction, ...] | None, level_classes: int,
+              may_be_trivial: bool) -> "MemoEntry":
+        """Begin the memo of this inference: nothing seen yet (holds at no level)."""
         self.reads = reads
         self.level_classes = level_classes
         self.lo = 1
         self.hi = 0
         self.seen: list | None = None
         self.may_be_trivial = may_be_trivial   # (no declared ``from_nothing`` user)
+        return self
 
     def holds(self, level: int, reads) -> bool:
         """Whether the last no-change run holds at ``level`` with these reads."""
@@ -103,8 +99,6 @@ class UnchangedMemo:
         # identity).
         self.entries: tuple[dict[Instruction, MemoEntry],
                             dict[Instruction, MemoEntry]] = ({}, {})
-        # inst -> whether its backward rule, as a user, reads its operands (declared).
-        self._reads_operands: dict[Instruction, bool] = {}
         # Entries whose last no-change run holds below some level only: a later level
         # makes them stale (``stale_at``).  id(inst) -> entry, per direction.
         self._upgradable: tuple[dict[int, MemoEntry], dict[int, MemoEntry]] = ({}, {})
@@ -116,16 +110,17 @@ class UnchangedMemo:
 
     # -- what each rule reads (its declaration) ---------------------------------------------
     def _forward_entry(self, inst: Instruction) -> MemoEntry:
-        graph = self.p.graph
-        rule = forward_rule_of(graph, inst)
+        p = self.p
+        facts = p.forward_facts(inst)
+        rule = facts.declared
         if rule.lookahead:
             reads = None
         else:
             reads = (inst,) + tuple(inst.operands)
-            owner = graph.owner(inst) if rule.caller_operands else None
+            owner = p.graph.owner(inst) if rule.caller_operands else None
             if owner is not None:
                 reads += tuple(owner.operands)
-        entry = self.entries[FW][inst] = MemoEntry(reads, rule.level_classes, True)
+        entry = self.entries[FW][inst] = facts.start(reads, rule.level_classes, True)
         return entry
 
     def _lookahead_reads(self, inst: Instruction) -> list[Instruction]:
@@ -140,14 +135,11 @@ class UnchangedMemo:
         users = users_of(inst)
         if len(users) != 1:
             return reads
-        known = self._reads_operands
+        user_rule = self.p.user_rule
         cur = users[0]
         while True:
             reads.append(cur)
-            r = known.get(cur)
-            if r is None:
-                r = known[cur] = self.p.user_rule(cur).declared.reads_operands
-            if r:
+            if user_rule(cur).reads_operands:
                 reads.extend(cur.operands)
             if cur.sharding is not None:
                 return reads
@@ -157,20 +149,19 @@ class UnchangedMemo:
             cur = nxt[0]
 
     def _backward_entry(self, inst: Instruction) -> MemoEntry:
+        facts = self.p.backward_facts(inst)
         reads = [inst]
         level_classes = 1
         trivial = True
-        user_rule = self.p.user_rule
-        for user in self.p.graph.users_of(inst):
+        for user, rule in zip(facts.users, facts.user_rules):
             reads.append(user)
-            declared = user_rule(user).declared
-            if declared.level_classes > level_classes:
-                level_classes = declared.level_classes
-            if declared.from_nothing:
+            if rule.level_classes > level_classes:
+                level_classes = rule.level_classes
+            if rule.from_nothing:
                 trivial = False
-            if declared.reads_operands:
+            if rule.reads_operands:
                 reads.extend(user.operands)
-        entry = self.entries[BW][inst] = MemoEntry(tuple(reads), level_classes, trivial)
+        entry = self.entries[BW][inst] = facts.start(tuple(reads), level_classes, trivial)
         return entry
 
     # -- the memo ---------------------------------------------------------------------------
@@ -228,6 +219,15 @@ class UnchangedMemo:
         if hi != NO_LEVEL_LIMIT:
             self._upgradable[d][id(inst)] = entry
         return False
+
+    def close(self) -> None:
+        """After the run: drop the entries and the references to the run."""
+        for entries in self.entries:
+            entries.clear()
+        for up in self._upgradable:
+            up.clear()
+        self._infer = self._new_entry = None
+        self.p = None
 
     def check_unflagged(self, order: list[Instruction], d: int, dirty, level: int) -> None:
         """Check mode, after a sweep: every inference the dirty set does not flag is one
