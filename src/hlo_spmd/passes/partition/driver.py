@@ -20,7 +20,6 @@ from hlo_spmd.passes.partition.causes import CauseLog
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.state import ModuleState, PartitionOptions, PartitionReport
 from hlo_spmd.ir.opcodes import APPLIES, COLLECTIVES, MANUAL_OWN_HANDLER, SIDE_EFFECTING
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import HANDLERS
 from hlo_spmd.passes.partition.reshard import reshard
@@ -82,7 +81,7 @@ def _manual_runs_as_written(inst: Instruction) -> bool:
 
 def handle_as_written(ctx: PartitionContext, inst: Instruction) -> PValue:
     ops = [ctx.operand(inst, i, manual_like(op.shape)) for i, op in enumerate(inst.operands)]
-    return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+    return PValue(ctx.emit_like(inst, ops, inst.shape), inst.shape, inst.sharding)
 
 
 _AS_WRITTEN = (handle_as_written, "handle_as_written")
@@ -121,11 +120,11 @@ def handle_on_device(ctx: PartitionContext, inst: Instruction) -> PValue:
     if values and all(_everywhere(v.sharding) for v in values):
         # Whole operands on every device: every device computes the owner's value, so
         # it is replicated (a later user anywhere reads it for free, as in XLA).
-        out = emit_like(ctx, inst, [v.hlo for v in values], inst.shape)
+        out = ctx.emit_like(inst, [v.hlo for v in values], inst.shape)
         return PValue(out, inst.shape, _replicated_like(inst.shape))
     ops = [ctx.operand(inst, i, maximal_like(op.shape, device))
            for i, op in enumerate(inst.operands)]
-    return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, inst.sharding)
+    return PValue(ctx.emit_like(inst, ops, inst.shape), inst.shape, inst.sharding)
 
 
 def _everywhere(s: HloSharding) -> bool:
@@ -204,8 +203,11 @@ def partition_instructions(ctx: PartitionContext, comp: Computation) -> None:
         values[id(inst)] = pv
         # (first maker wins: a handler passing its operand's value through keeps the
         # operand as the origin, the same data; keyed by the global shape too, since a
-        # slice inside one tile passes the local array through as a different value)
-        origins.setdefault((id(pv.hlo), pv.base_shape), (pv.hlo, inst))
+        # slice inside one tile passes the local array through as a different value;
+        # by its dims, which name it among the arrays one local array can stand for, and
+        # which hash without walking the shape; tuples are never re-made: not kept)
+        if not pv.base_shape.is_tuple:
+            origins.setdefault((id(pv.hlo), pv.base_shape.dims), (pv.hlo, inst))
     b.metadata = None
 
 

@@ -29,6 +29,7 @@ All per-device quantities are numpy tables indexed by tile index, looked up thro
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -67,8 +68,8 @@ def source_order(ctx: PartitionContext, xs: HloSharding, cs: HloSharding, dim: i
     tiled exactly as ``cs`` does (so each group's devices hold the same rows of the other
     dims and trade pieces of ``dim`` only); None when the order is the same or no such
     relabelling exists."""
-    if not (xs.is_tiled and cs.is_tiled):
-        return None
+    if not (xs.is_tiled and cs.is_tiled) or xs == cs:
+        return None   # (equal shardings: the same order, no tables to compare)
     xt, ct = tiles_of(xs, rank), tiles_of(cs, rank)
     t = ct[dim]
     if xt[dim] != t or t == 1:
@@ -223,10 +224,28 @@ def plan_window(xt: int, t: int, lsize: int, size: int, starts: np.ndarray, widt
     split ``xt`` ways (1 or ``t``) into local pieces of ``lsize``. Only the first
     ``need[k]`` elements of a window matter (default: all); the rest may be garbage.
     ``order`` (``source_order``): operand tile j sits on the devices of tile
-    ``order[j]`` (default: on those of tile j)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    need = np.full(t, width, np.int64) if need is None else \
-        np.clip(np.asarray(need, np.int64), 0, width)
+    ``order[j]`` (default: on those of tile j).
+
+    A plan depends on these numbers only, and a model's layers ask for the same windows
+    again (each convolution and slice is planned by its strategy choice, then emitted):
+    plans are remembered by their arguments and shared, so callers only read them."""
+    return _plan_window(int(xt), int(t), int(lsize), int(size), _ints(starts), int(width),
+                        None if need is None else _ints(need),
+                        None if order is None else _ints(order))
+
+
+def _ints(values: np.ndarray | Sequence[int]) -> tuple[int, ...]:
+    return tuple(np.asarray(values, np.int64).tolist())
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _plan_window(xt: int, t: int, lsize: int, size: int, starts_: tuple[int, ...],
+                 width: int, need_: tuple[int, ...] | None,
+                 order_: tuple[int, ...] | None) -> WindowPlan:
+    starts = np.asarray(starts_, dtype=np.int64)
+    need = np.full(t, width, np.int64) if need_ is None else \
+        np.clip(np.asarray(need_, np.int64), 0, width)
+    order = None if order_ is None else np.asarray(order_, np.int64)
     if xt == 1:
         return WindowPlan("local", 0.0, 0, starts, width, lsize, size)
     assert xt == t, (xt, t)

@@ -56,7 +56,7 @@ def origin(ctx: "ReshardContext", pv: PValue) -> Instruction | None:
     None (a value made by a reshard, a parameter, another computation's value)."""
     if not ctx.grouping.is_flat or pv.sharding.is_manual or pv.base_shape.is_tuple:
         return None  # (inside a device group, source values speak of other devices)
-    hit = ctx.state.origins.get((id(pv.hlo), pv.base_shape))
+    hit = ctx.state.origins.get((id(pv.hlo), pv.base_shape.dims))
     if hit is None or hit[0] is not pv.hlo:
         return None
     inst = hit[1]

@@ -90,7 +90,8 @@ class ModuleState(Record):
         # the value already produced, so every later user shares one set of collectives.
         self.reshard_cache = {} if reshard_cache is None else reshard_cache
         self.options = PartitionOptions() if options is None else options
-        # id(local instruction) -> (it, the source instruction whose handler made it): what
+        # (id(local instruction), global dims) -> (it, the source instruction whose
+        # handler made it, an array): what
         # reshard asks to re-make a value instead of moving it (partition/recreate.py).
         self.origins: dict[tuple, tuple[Instruction, Instruction]] = {}
         # id(source instruction) -> its value, made early by the handler of an
@@ -108,8 +109,8 @@ class ModuleState(Record):
             users: dict[int, list[Instruction | None]] = {}
             for comp in self.source.computations:
                 for inst in comp.instructions:
-                    for op in {id(o): o for o in inst.operands}:
-                        users.setdefault(op, []).append(inst)
+                    for op in dict.fromkeys(inst.operands):   # (each once, in order)
+                        users.setdefault(id(op), []).append(inst)
                 if comp.root is not None:
                     users.setdefault(id(comp.root), []).append(None)
             self._users = users

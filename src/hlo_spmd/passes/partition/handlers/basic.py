@@ -5,7 +5,6 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import (CUSTOM_CALL_HANDLERS, handles,
                                                 handles_custom_call, without_handler)
@@ -17,7 +16,7 @@ from hlo_spmd.sharding import HloSharding
 @handles("constant", "rng-get-and-update-state")
 def handle_full_then_slice(ctx: PartitionContext, inst: Instruction) -> PValue:
     """Materialize the whole value on every device, then cut this device's tile (no traffic)."""
-    full = emit_like(ctx, inst, [], inst.shape)
+    full = ctx.emit_like(inst, [], inst.shape)
     pv = PValue(full, inst.shape, HloSharding.replicate())
     return reshard(ctx, pv, ctx.sharding_of(inst))
 
@@ -55,7 +54,7 @@ def custom_call_by_target(ctx: PartitionContext, inst: Instruction) -> PValue:
             # (no partitioning rule is needed, and nothing fell back).
             ops = [ctx.operand(inst, i, _manual_like(op.shape))
                    for i, op in enumerate(inst.operands)]
-            return PValue(emit_like(ctx, inst, ops, inst.shape), inst.shape, target)
+            return PValue(ctx.emit_like(inst, ops, inst.shape), inst.shape, target)
         ctx.state.report.unknown_custom_calls.append((inst.name, inst.custom_call_target))
         return handle_replicated(ctx, inst)
     return rule(ctx, inst)
@@ -154,7 +153,7 @@ def _layout_constraint(ctx: PartitionContext, inst: Instruction) -> PValue:
         return handle_replicated(ctx, inst)
     operand = ctx.operand(inst, 0, target)
     local = ctx.local_shape(inst.shape, target)
-    out = emit_like(ctx, inst, [operand], local)
+    out = ctx.emit_like(inst, [operand], local)
     for proto in out.attrs.operand_shapes_with_layout:
         del proto.dimensions[:]
         proto.dimensions.extend(int(d) for d in operand.shape.dims)
@@ -187,7 +186,7 @@ def handle_replicated(ctx: PartitionContext, inst: Instruction) -> PValue:
         pv = ctx.value(op)
         target = _replicated_like(pv.sharding, op.shape)
         operands.append(reshard(ctx, pv, target).hlo)
-    full = emit_like(ctx, inst, operands, inst.shape)
+    full = ctx.emit_like(inst, operands, inst.shape)
     pv = PValue(full, inst.shape, _replicated_like(HloSharding.replicate(), inst.shape))
     return reshard(ctx, pv, ctx.sharding_of(inst))
 

@@ -28,7 +28,6 @@ from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.support.dot_dims import (CONTRACTING, DotDims, data_tiles,
                                                        is_plain, manual_groups)
 from hlo_spmd.passes.partition.support.dot_plan import (BasePlan, GroupPlan, Plan, Planner,
@@ -261,7 +260,7 @@ def _local_dot(ctx: PartitionContext, inst: Instruction, dims: DotDims, l: Instr
                r: Instruction) -> Instruction:
     from hlo_spmd.ir.shape_inference import array_shape
 
-    return emit_like(ctx, inst, [l, r], array_shape(inst.shape.element_type, ()))
+    return ctx.emit_like(inst, [l, r], array_shape(inst.shape.element_type, ()))
 
 
 def _adder(x: Instruction) -> str:

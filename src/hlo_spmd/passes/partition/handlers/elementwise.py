@@ -15,7 +15,6 @@ from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.opcodes import ELEMENTWISE
 from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard, reshard_cost, reshard_price
@@ -75,7 +74,7 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
         # compute_sharding would choose (no candidate beats a free target), so nothing
         # is resharded, before or after.
         local = ctx.local_shape(inst.shape, target)
-        return PValue(emit_like(ctx, inst, [v.hlo for v in values], local), inst.shape, target)
+        return PValue(ctx.emit_like(inst, [v.hlo for v in values], local), inst.shape, target)
     full_rank = [i for i, op in enumerate(inst.operands) if op.shape.rank == rank]
     sharding = target
     if inst.shape.rank and not target.is_manual:
@@ -98,5 +97,5 @@ def handle_elementwise(ctx: PartitionContext, inst: Instruction) -> PValue:
         operands.append(ctx.operand(inst, i, sharding if i in full_rank
                                     else _REPLICATED))
     local = ctx.local_shape(inst.shape, sharding)
-    pv = PValue(emit_like(ctx, inst, operands, local), inst.shape, sharding)
+    pv = PValue(ctx.emit_like(inst, operands, local), inst.shape, sharding)
     return reshard(ctx, pv, target)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import handle_replicated
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard
@@ -27,5 +26,5 @@ def handle_batched_matrix_op(ctx: PartitionContext, inst: Instruction) -> PValue
     if not batch.is_tiled:  # nothing sharded along the batch dims
         return handle_replicated(ctx, inst)
     operands = [ctx.operand(inst, i, batch) for i in range(len(inst.operands))]
-    local = emit_like(ctx, inst, operands, ctx.local_shape(inst.shape, batch))
+    local = ctx.emit_like(inst, operands, ctx.local_shape(inst.shape, batch))
     return reshard(ctx, PValue(local, inst.shape, batch), target)

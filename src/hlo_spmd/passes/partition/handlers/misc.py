@@ -60,7 +60,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.errors import PartitionError
 from hlo_spmd.passes.partition.context import PartitionContext
 from hlo_spmd.passes.partition.handlers.basic import CUSTOM_CALLS, custom_call_by_target
-from hlo_spmd.passes.partition.support.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.handlers.control_flow import normalize
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -168,7 +168,7 @@ def _replicated_effect(ctx: PartitionContext, inst: Instruction) -> PValue:
         return _run_where_maximal(ctx, inst)
     operands = [reshard(ctx, ctx.value(op), _replicated_like(op.shape)).hlo
                 for op in inst.operands]
-    out = emit_like(ctx, inst, operands, inst.shape)
+    out = ctx.emit_like(inst, operands, inst.shape)
     return reshard(ctx, PValue(out, inst.shape, _replicated_like(inst.shape)),
                    normalize(target, inst.shape))
 
@@ -180,11 +180,11 @@ def handle_rng(ctx: PartitionContext, inst: Instruction) -> PValue:
     operands = [ctx.operand(inst, i, HloSharding.replicate()) for i in range(len(inst.operands))]
     if target.is_tiled and not target.is_manual_subgroup:
         local = ctx.local_shape(inst.shape, target)
-        return PValue(emit_like(ctx, inst, operands, local), inst.shape, target)
+        return PValue(ctx.emit_like(inst, operands, local), inst.shape, target)
     if target.is_manual:
-        return PValue(emit_like(ctx, inst, operands, inst.shape), inst.shape, target)
+        return PValue(ctx.emit_like(inst, operands, inst.shape), inst.shape, target)
     owner = target.device if target.is_maximal else 0
-    full = emit_like(ctx, inst, operands, inst.shape)
+    full = ctx.emit_like(inst, operands, inst.shape)
     # Only the owner's draw counts; resharding broadcasts it.
     return reshard(ctx, PValue(full, inst.shape, HloSharding.maximal(owner)), target)
 
@@ -192,7 +192,7 @@ def handle_rng(ctx: PartitionContext, inst: Instruction) -> PValue:
 @handles("rng-bit-generator")
 def handle_rng_bit_generator(ctx: PartitionContext, inst: Instruction) -> PValue:
     state = ctx.operand(inst, 0, HloSharding.replicate())
-    full = emit_like(ctx, inst, [state], inst.shape)
+    full = ctx.emit_like(inst, [state], inst.shape)
     return reshard(ctx, PValue(full, inst.shape, _replicated_like(inst.shape)),
                    normalize(ctx.sharding_of(inst), inst.shape))
 

@@ -43,7 +43,7 @@ from hlo_spmd.ir.shape import Shape
 from hlo_spmd.memo import BoundedMemo
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import copy_attrs, emit_like
+from hlo_spmd.passes.partition.support.common import copy_attrs
 from hlo_spmd.passes.partition.masking import pad_value_identity, padded_dims, valid_mask
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
@@ -276,7 +276,7 @@ def handle_reduce(ctx: PartitionContext, inst: Instruction) -> PValue:
     tiles = src.tile_dims_for_data(len(in_dims)) if src.is_tiled else (1,) * len(in_dims)
     sharded = [d for d in dims if tiles[d] > 1]
     if not sharded:  # every reduced dim is whole on each device
-        out = emit_like(ctx, inst, xs + inits, local_shape)
+        out = ctx.emit_like(inst, xs + inits, local_shape)
         return reshard(ctx, PValue(out, inst.shape, res_value), norm_target)
 
     groups = reduction_groups(src, sharded)
@@ -286,7 +286,7 @@ def handle_reduce(ctx: PartitionContext, inst: Instruction) -> PValue:
     if ident is not None:
         ident_c = b.constant(np.asarray(ident), et)
         (x,) = mask_reduced_padding(ctx, xs[:1], in_shape, src, sharded, [ident_c])
-        partial = emit_like(ctx, inst, [x, ident_c], local_shape, name=f"{inst.name}.local")
+        partial = ctx.emit_like(inst, [x, ident_c], local_shape, name=f"{inst.name}.local")
         if all_reduce_supported(opcode, et):
             combined = ctx.f.all_reduce(partial, opcode, groups)
         else:
@@ -298,7 +298,7 @@ def handle_reduce(ctx: PartitionContext, inst: Instruction) -> PValue:
         return reshard(ctx, PValue(combined, inst.shape, res_value), norm_target)
 
     masked = mask_reduced_padding(ctx, xs, in_shape, src, sharded, inits)
-    partial = emit_like(ctx, inst, masked + inits, local_shape, name=f"{inst.name}.local")
+    partial = ctx.emit_like(inst, masked + inits, local_shape, name=f"{inst.name}.local")
     parts = _gather_and_reduce(ctx, inst, _elements_of(ctx, partial, n), inits, groups)
     out = parts[0] if n == 1 else b.tuple(parts)
     return reshard(ctx, PValue(out, inst.shape, res_value), norm_target)

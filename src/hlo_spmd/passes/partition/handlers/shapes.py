@@ -14,7 +14,6 @@ import numpy as np
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.ir.primitive_types import PrimitiveType, element_bytes
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.handlers.slicing import (
     _fallback, _has_empty, compute_sharding, device_scalar, dynamic_slice_whole_layout,
     position_mask, scalar_starts, tiles_of, tile_index_table)
@@ -42,7 +41,7 @@ def handle_broadcast(ctx: PartitionContext, inst: Instruction) -> PValue:
                                              inst.shape.dims)
     x = ctx.reshard(ctx.value(operand), op_sharding).hlo
     local = ctx.local_shape(inst.shape, target)
-    return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+    return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
 
 
 # -- transpose ------------------------------------------------------------------------------
@@ -55,7 +54,7 @@ def handle_transpose(ctx: PartitionContext, inst: Instruction) -> PValue:
     op_sharding = transpose_sharding(target, inverse) if target.is_tiled else target
     x = ctx.reshard(ctx.value(inst.operands[0]), op_sharding).hlo
     local = ctx.local_shape(inst.shape, target)
-    return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+    return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
 
 
 # -- reshape --------------------------------------------------------------------------------
@@ -292,7 +291,7 @@ def handle_iota(ctx: PartitionContext, inst: Instruction) -> PValue:
     target = compute_sharding(ctx, inst)
     if target.is_manual or not target.is_tiled:
         shape = inst.shape
-        return PValue(emit_like(ctx, inst, [], shape), inst.shape,
+        return PValue(ctx.emit_like(inst, [], shape), inst.shape,
                       target if target.is_manual else REPLICATED)
     return PValue(local_iota(ctx, inst, target), inst.shape, target)
 
@@ -442,10 +441,10 @@ def handle_bitcast_convert(ctx: PartitionContext, inst: Instruction) -> PValue:
         op_sharding = _add_minor(target, out_rank)
         x = ctx.reshard(ctx.value(operand), op_sharding).hlo
         local = ctx.local_shape(inst.shape, target)
-        return PValue(emit_like(ctx, inst, [x], local), inst.shape, target)
+        return PValue(ctx.emit_like(inst, [x], local), inst.shape, target)
     # Wide -> narrow: compute with the new minor dim whole, then cut if it is tiled.
     mid = partial_replicate(target, [out_rank - 1]) if target.is_tiled else target
     x = ctx.reshard(ctx.value(operand), _drop_minor(mid, out_rank)).hlo
     local = ctx.local_shape(inst.shape, mid)
-    y = emit_like(ctx, inst, [x], local)
+    y = ctx.emit_like(inst, [x], local)
     return ctx.reshard(PValue(y, inst.shape, mid), target)

@@ -41,7 +41,6 @@ from hlo_spmd.ir.primitive_types import element_bytes
 from hlo_spmd.ir.shape import Shape
 from hlo_spmd.passes.partition.causes import with_cause
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.passes.partition.registry import handles
 from hlo_spmd.passes.partition.reshard import reshard_cost, reshard_price
@@ -475,7 +474,7 @@ def _concat_emit(ctx: PartitionContext, inst: Instruction, target: HloSharding) 
     if tiles[dim] == 1:
         ops = [ctx.reshard(ctx.value(op), target).hlo for op in inst.operands]
         local = ctx.local_shape(inst.shape, target)
-        return PValue(emit_like(ctx, inst, ops, local), inst.shape, target)
+        return PValue(ctx.emit_like(inst, ops, local), inst.shape, target)
     o = tile_shape(target, inst.shape.dims)[dim]
     t = tiles[dim]
     k = np.arange(t)

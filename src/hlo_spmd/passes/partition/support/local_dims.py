@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from hlo_spmd.ir.instruction import Instruction
 from hlo_spmd.passes.partition.context import PartitionContext
-from hlo_spmd.passes.partition.support.common import emit_like
 from hlo_spmd.passes.partition.pvalue import PValue
 from hlo_spmd.sharding import HloSharding
 
@@ -41,6 +40,6 @@ def _local(ctx: PartitionContext, inst: Instruction, arrays: int, leaf: HloShard
     result_sharding = HloSharding.tuple([leaf] * len(inst.shape.tuple_shapes)) \
         if inst.shape.is_tuple else leaf
     local = ctx.local_shape(inst.shape, result_sharding)
-    return PValue(emit_like(ctx, inst, operands, local), inst.shape, result_sharding)
+    return PValue(ctx.emit_like(inst, operands, local), inst.shape, result_sharding)
 
 
