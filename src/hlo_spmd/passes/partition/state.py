@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from hlo_spmd.ir.computation import Computation
-from hlo_spmd.ir.instruction import Instruction
+from hlo_spmd.ir.instruction import Instruction, iter_operand_users
 from hlo_spmd.ir.module import Module
 from hlo_spmd.records import Record
 
@@ -75,7 +75,8 @@ class ModuleState(Record):
     """Shared by every context of one partitioning run."""
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
-    __slots__ = __match_args__ + ("origins", "settled", "_users", "_user_counts")
+    __slots__ = __match_args__ + ("origins", "settled", "_users", "_user_counts",
+                                         "_readers")
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
@@ -101,20 +102,31 @@ class ModuleState(Record):
         self.settled: dict[int, PValue | None] = {}
         self._users: dict[int, list[Instruction | None]] | None = None
         self._user_counts: dict[int, int] | None = None
+        self._readers: dict[str, dict[int, list[Instruction]]] = {}
 
     def users(self) -> dict[int, list[Instruction | None]]:
         """id(source instruction) -> the instructions that read it, each once; a root's
         list holds None for its computation's caller. Built once, on first ask."""
         if self._users is None:
-            users: dict[int, list[Instruction | None]] = {}
-            for comp in self.source.computations:
-                for inst in comp.instructions:
-                    for op in dict.fromkeys(inst.operands):   # (each once, in order)
-                        users.setdefault(id(op), []).append(inst)
+            comps = self.source.computations
+            users: dict[int, list[Instruction | None]] = iter_operand_users(
+                inst for comp in comps for inst in comp.instructions)   # type: ignore[assignment]
+            for comp in comps:
                 if comp.root is not None:
                     users.setdefault(id(comp.root), []).append(None)
             self._users = users
         return self._users
+
+    def readers(self, opcode: str) -> dict[int, list[Instruction]]:
+        """id(source instruction) -> the ``opcode`` instructions that read it, each once.
+        For a look-ahead that asks about one kind of user: built once per opcode, without
+        the whole module's use lists (``users``)."""
+        found = self._readers.get(opcode)
+        if found is None:
+            found = self._readers[opcode] = iter_operand_users(
+                inst for comp in self.source.computations for inst in comp.instructions
+                if inst.opcode == opcode)
+        return found
 
     def user_counts(self) -> dict[int, int]:
         """id(source instruction) -> how many instructions read it (a root counts as

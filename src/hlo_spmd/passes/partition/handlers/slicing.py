@@ -173,9 +173,8 @@ def users_need(ctx: PartitionContext, inst: Instruction) -> list[HloSharding]:
     to (a look-ahead for ``choose_compute_sharding``): a dynamic-slice reads its operand
     whole on the dims it slices (XLA's jnp.roll pattern, concatenate + dynamic-slice)."""
     out = []
-    for user in ctx.state.users().get(id(inst), []):
-        if (user is not None and user.opcode == "dynamic-slice" and user.operands[0] is inst
-                and scalar_starts(user, 1)):
+    for user in ctx.state.readers("dynamic-slice").get(id(inst), ()):
+        if user.operands[0] is inst and scalar_starts(user, 1):
             need = dynamic_slice_whole_layout(user, compute_sharding(ctx, user))
             if need.is_tiled or need.is_replicated:
                 out.append(need)
