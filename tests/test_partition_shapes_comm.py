@@ -139,6 +139,18 @@ def test_plan_window_per_sender_offsets():
     assert rnd.send[1] == 2 and rnd.send[2] == 0
 
 
+def test_plan_window_remembers_plans_and_freezes_their_tables():
+    # The same window asked again (a numpy array or a list of the same numbers) is the
+    # same plan; a shared plan's tables cannot be written into by a caller.
+    plan = plan_window(4, 4, 4, 16, np.array([2, 4, 6, 8]), 2)
+    assert plan_window(4, 4, 4, 16, [2, 4, 6, 8], 2) is plan
+    assert plan_window(4, 4, 4, 16, np.array([2, 4, 6, 9]), 2) is not plan
+    (piece,) = plan.pieces
+    for table in (plan.starts, plan.real, piece.src, piece.nlo, piece.rounds[0].send):
+        with pytest.raises(ValueError):
+            table[0] = 7
+
+
 def test_plan_window_needed_width_limits_what_travels():
     # Tile 0's window [2, 6) reaches two elements into tile 1; when only its first two
     # positions matter (the rest is the result's padding), nothing travels.

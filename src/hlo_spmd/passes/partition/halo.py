@@ -154,6 +154,14 @@ def select_from(ctx: PartitionContext, x: Instruction, y: Instruction, dim: int,
 
 
 # -- windows --------------------------------------------------------------------------------
+def _read_only(*arrays: np.ndarray | None) -> None:
+    """Plans are shared (``plan_window`` remembers them), so their tables are frozen: a
+    caller that wrote into one would change every later plan of the same window."""
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
+
+
 # Plain ``__slots__`` records (identity equality, as ``dataclass(eq=False)`` had): a
 # dataclass costs ~0.75 ms to create at import.
 class _Round:
@@ -165,6 +173,7 @@ class _Round:
         self.pairs = pairs
         self.send = send
         self.width = width
+        _read_only(send)
 
 
 class _Piece:
@@ -185,6 +194,7 @@ class _Piece:
         self.mode = mode
         self.rounds = rounds
         self.rows = rows
+        _read_only(src, needed, nlo, nhi)
 
 
 class WindowPlan:
@@ -211,6 +221,7 @@ class WindowPlan:
         self.first = first
         self.real = real
         self.order = order
+        _read_only(starts, first, real, order)
 
     def key(self) -> tuple[float, int]:
         return (self.rows, self.collectives)

@@ -76,7 +76,7 @@ class ModuleState(Record):
     __match_args__ = ("source", "out", "num_devices", "report", "clone_memo",
                       "reshard_cache", "options")
     __slots__ = __match_args__ + ("origins", "settled", "_users", "_user_counts",
-                                         "_readers")
+                                  "_readers")
 
     def __init__(self, source: Module, out: Module, num_devices: int,
                  report: PartitionReport, clone_memo: dict[int, Computation] | None = None,
